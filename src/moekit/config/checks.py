@@ -1,0 +1,168 @@
+"""Cross-field checks of a typed config, run before anything launches.
+
+Each check returns Problems (key, what is wrong, the override that fixes it); `check` runs all of
+them so a user sees every problem at once. Pure: no environment, files or clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from moekit.config.schema import Config
+from moekit.errors import ConfigError
+
+
+class Problem(NamedTuple):
+    key: str
+    what: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.what}\n    fix: {self.fix}"
+
+
+Check = Callable[[Config], Iterator[Problem]]
+CHECKS: list[Check] = []
+
+
+def check(fn: Check) -> Check:
+    CHECKS.append(fn)
+    return fn
+
+
+@check
+def mesh_matches_devices(cfg: Config) -> Iterator[Problem]:
+    ici, dcn = cfg.parallelism.ici, cfg.parallelism.dcn
+    if sum(v == -1 for _, v in ici.items()) > 1:
+        yield Problem("parallelism.ici", "more than one axis is -1", "leave at most one ICI axis at -1")
+        return
+    if any(v == -1 for _, v in dcn.items()):
+        yield Problem("parallelism.dcn", "-1 is not supported across slices", "set every DCN axis explicitly")
+        return
+    if cfg.num_devices % cfg.num_slices:
+        yield Problem(
+            "parallelism.dcn",
+            f"{cfg.num_devices} devices do not split into {cfg.num_slices} slices (product of the DCN axes)",
+            f"make the DCN product divide cluster.nodes x devices per node ({cfg.num_devices})",
+        )
+        return
+    filled = cfg.ici_filled
+    per_slice = cfg.num_devices // cfg.num_slices
+    product = math.prod(filled.values())
+    if -1 in filled.values() or product != per_slice:
+        axes = " x ".join(f"{k}={v}" for k, v in ici.items())
+        yield Problem(
+            "parallelism.ici",
+            f"mesh product {axes} does not match {per_slice} devices per slice "
+            f"({cfg.cluster.nodes} nodes x {cfg.devices_per_process * cfg.cluster.processes_per_node} devices "
+            f"/ {cfg.num_slices} slices)",
+            "set one ICI axis to -1 (e.g. parallelism.ici.fsdp=-1) or make the product equal the devices per slice",
+        )
+
+
+@check
+def processes_fit_devices(cfg: Config) -> Iterator[Problem]:
+    c = cfg.cluster
+    if cfg.hardware.platform == "gpu" and c.processes_per_node not in (1, c.gpus_per_node):
+        yield Problem(
+            "cluster.processes_per_node",
+            f"{c.processes_per_node} processes for {c.gpus_per_node} GPUs per node: JAX needs one process per node "
+            "or one per GPU",
+            f"cluster.processes_per_node=1 or cluster.processes_per_node={c.gpus_per_node}",
+        )
+    if cfg.hardware.platform == "cpu" and c.gpus_per_node % c.processes_per_node and c.gpus_per_node > 1:
+        yield Problem(
+            "cluster.gpus_per_node",
+            f"{c.gpus_per_node} host devices do not split evenly over {c.processes_per_node} processes",
+            "make cluster.gpus_per_node a multiple of cluster.processes_per_node",
+        )
+
+
+@check
+def experts_divide_over_ep(cfg: Config) -> Iterator[Problem]:
+    ep = cfg.ici_filled["expert"] * cfg.parallelism.dcn.expert
+    if ep > 0 and cfg.model.num_experts % ep:
+        yield Problem(
+            "parallelism.ici.expert",
+            f"{cfg.model.num_experts} experts do not divide evenly over expert parallelism {ep}",
+            f"choose an expert-parallel size that divides {cfg.model.num_experts} "
+            f"(e.g. parallelism.ici.expert={math.gcd(cfg.model.num_experts, ep)}) or change model.num_experts",
+        )
+
+
+@check
+def batch_divides(cfg: Config) -> Iterator[Problem]:
+    batch = cfg.global_batch
+    if abs(batch - round(batch)) > 1e-9 or round(batch) < 1:
+        yield Problem(
+            "train.per_device_batch_size",
+            f"{cfg.train.per_device_batch_size} x {cfg.num_devices} devices = {batch:g} sequences per step, "
+            "not a whole number",
+            "choose a per-device batch that makes the global batch a whole number",
+        )
+        return
+    filled = cfg.ici_filled
+    dp = filled["data"] * filled["fsdp"] * cfg.parallelism.dcn.data * cfg.parallelism.dcn.fsdp
+    if dp > 0 and round(batch) % dp:
+        yield Problem(
+            "train.per_device_batch_size",
+            f"global batch {round(batch)} does not divide over {dp} data-parallel ranks (data x fsdp)",
+            f"use a per-device batch that makes the global batch a multiple of {dp}",
+        )
+
+
+@check
+def dropless(cfg: Config) -> Iterator[Problem]:
+    drops = cfg.moe.backend == "capacity" or cfg.moe.capacity_factor > 0
+    if drops and not cfg.moe.allow_token_dropping:
+        yield Problem(
+            "moe.capacity_factor",
+            f"capacity_factor={cfg.moe.capacity_factor} (moe={cfg.moe.backend}) drops tokens past expert capacity: "
+            "this is not dropless training",
+            "use a dropless back end (moe=tokamax, moe=dense, moe=te) or set moe.allow_token_dropping=true "
+            "for a deliberate baseline",
+        )
+
+
+@check
+def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
+    if cfg.moe.backend == "megablox" and cfg.hardware.platform == "gpu" and not cfg.moe.force:
+        yield Problem(
+            "moe",
+            "moe=megablox is MaxText's TPU Pallas kernel; on GPU it runs in interpret mode "
+            "(measured 31 TFLOP/s/device vs 278 for moe=tokamax on one H200, MaxText 0.2.5, 2026-12-02)",
+            "use moe=tokamax (or moe=te on the NGC image); moe.force=true runs it anyway",
+        )
+
+
+@check
+def precision_supported(cfg: Config) -> Iterator[Problem]:
+    p, f = cfg.precision.name, cfg.hardware.features
+    if p == "mxfp8" and not f.mxfp8:
+        yield Problem(
+            "precision",
+            f"precision=mxfp8 needs block-scaled MXFP8 tensor cores (Blackwell); hardware={cfg.hardware.name} "
+            "has none",
+            "use precision=fp8 (Hopper) or precision=bf16, or choose Blackwell hardware (hardware=b200|gb200|gb300)",
+        )
+    if p == "fp8" and not f.fp8:
+        yield Problem(
+            "precision",
+            f"precision=fp8 needs FP8 tensor cores; hardware={cfg.hardware.name} has none",
+            "use precision=bf16",
+        )
+
+
+def problems(cfg: Config) -> list[Problem]:
+    return [p for fn in CHECKS for p in fn(cfg)]
+
+
+def ensure_valid(cfg: Config) -> Config:
+    """Raise one ConfigError listing every problem, or return the config unchanged."""
+    found = problems(cfg)
+    if found:
+        body = "\n".join(f"  - {p}" for p in found)
+        raise ConfigError(f"{len(found)} configuration problem(s); nothing was launched:\n{body}")
+    return cfg

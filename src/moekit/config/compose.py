@@ -1,0 +1,108 @@
+"""Compose conf/ with Hydra's compose API and type the result with the schema."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from pydantic import ValidationError
+
+from moekit.config.schema import Config
+from moekit.errors import ConfigError
+
+GROUPS = ("experiment", "model", "moe", "precision", "memory", "xla", "hardware", "cluster", "network", "data")
+
+
+def config_dir() -> Path:
+    """conf/ of this checkout or image: $MOEKIT_CONF_DIR, else the repository's, else ./conf."""
+    if env := os.environ.get("MOEKIT_CONF_DIR"):
+        return Path(env).resolve()
+    repo = Path(__file__).resolve().parents[3] / "conf"
+    if (repo / "config.yaml").is_file():
+        return repo
+    return (Path.cwd() / "conf").resolve()
+
+
+def group_options(group: str, conf: Path | None = None) -> list[str]:
+    folder = (conf or config_dir()) / group
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConfig:
+    """Hydra composition only; Hydra's errors become ConfigErrors that list the valid choices."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    conf = conf or config_dir()
+    if not (conf / "config.yaml").is_file():
+        raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
+    GlobalHydra.instance().clear()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with initialize_config_dir(config_dir=str(conf), version_base=None):
+                return compose(config_name="config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> str:
+    first = message.strip().splitlines()[0] if message.strip() else message
+    for group in GROUPS:
+        if f"'{group}/" in message or f"in group '{group}'" in message or f"{group}:" in first:
+            return (
+                f"{first}\n  valid options for {group}=: {', '.join(group_options(group, conf))}\n"
+                f"  fix: pick one of them, e.g. {group}={(group_options(group, conf) or ['?'])[0]}"
+            )
+    if "Could not override" in message or "not in struct" in message:
+        key = first.split("'")[1] if "'" in first else "?"
+        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        return (
+            f"unknown config key '{key}' (from overrides {list(overrides)}).\n"
+            f"  valid keys{' under ' + parent if parent else ''}: {_valid_keys(parent)}\n"
+            f"  fix: correct the spelling; to pass a raw MaxText key use maxtext.extra.{key.split('.')[-1]}=VALUE"
+        )
+    return f"could not compose the configuration: {first}"
+
+
+def _valid_keys(parent: str) -> str:
+    return _schema_keys(parent.split(".") if parent else [])
+
+
+def validate(raw: DictConfig) -> Config:
+    """Type the composed config; pydantic's errors become one readable ConfigError."""
+    data = OmegaConf.to_container(raw, resolve=True)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "extra_forbidden":
+                lines.append(f"  {key}: unknown key (valid keys: {_schema_keys(err['loc'][:-1])})")
+            else:
+                lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+        raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+def _schema_keys(loc: Sequence[object]) -> str:
+    model = Config
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        annotation = getattr(field, "annotation", None)
+        if not (isinstance(annotation, type) and hasattr(annotation, "model_fields")):
+            return "?"
+        model = annotation
+    return ", ".join(model.model_fields)
+
+
+def compose(overrides: Sequence[str] = (), conf: Path | None = None) -> Config:
+    """Compose and type a configuration from Hydra overrides (group=option, a.b=value)."""
+    return validate(compose_raw(overrides, conf))

@@ -1,0 +1,293 @@
+"""The typed schema of a composed moekit config.
+
+Hydra composes YAML from conf/; these models type every field (unknown keys and wrong types are
+errors that list the valid choices) and carry one docstring per field with its unit and scope.
+Derived values (device counts, filled mesh axes, slice count) are properties, computed here and
+never typed by hand.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Scalar = str | int | float | bool | None
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+
+class Run(Section):
+    name: str | None = None
+    """MaxText run_name; None means the experiment name."""
+    dir: str | None = None
+    """Run directory; None means <base_dir>/<experiment_name>/<timestamp>. An existing one is resumed."""
+    base_dir: str = "outputs"
+    """Parent folder of generated run directories."""
+
+
+class Train(Section):
+    steps: int = Field(10, ge=1)
+    """Optimizer steps to run."""
+    per_device_batch_size: int | float = Field(2, gt=0)
+    """Sequences per device per step (MaxText allows fractions below 1)."""
+    seq_len: int = Field(128, ge=8)
+    """Tokens per sequence (MaxText max_target_length)."""
+    seed: int = 0
+    """Seed of weight init and data order."""
+    learning_rate: float = Field(3.0e-5, gt=0)
+    """Peak learning rate."""
+    warmup_steps_fraction: float = Field(0.1, ge=0, le=1)
+    """Fraction of steps spent in linear warm-up."""
+
+
+class Axes(Section):
+    data: int = 1
+    """Pure data parallelism (replicated weights)."""
+    fsdp: int = 1
+    """Fully sharded data parallelism (weights sharded, gathered per layer)."""
+    tensor: int = 1
+    """Tensor parallelism."""
+    expert: int = 1
+    """Expert parallelism: routed experts sharded across this many devices."""
+
+    @model_validator(mode="after")
+    def _positive(self) -> Axes:
+        for name, value in self.items():
+            if value == 0 or value < -1:
+                raise ValueError(f"{name}={value}: an axis is a positive size, or -1 to fill")
+        return self
+
+    def items(self) -> list[tuple[str, int]]:
+        return [("data", self.data), ("fsdp", self.fsdp), ("tensor", self.tensor), ("expert", self.expert)]
+
+
+class Parallelism(Section):
+    ici: Axes = Axes(fsdp=-1)
+    """Axes inside a slice (NVLink domain / node); -1 in one axis fills the remaining devices."""
+    dcn: Axes = Axes()
+    """Axes across slices (over the data-center network); their product is the slice count."""
+
+
+class Checkpoint(Section):
+    every: int = Field(0, ge=0)
+    """Steps between Orbax checkpoints; 0 disables checkpointing."""
+
+
+class MaxText(Section):
+    extra: dict[str, Scalar] = {}
+    """Raw MaxText keys passed through last (escape hatch; MaxText's validator still checks them)."""
+
+
+class Provenance(Section):
+    kind: Literal["published", "measured"]
+    """Where a number comes from."""
+    source: str
+    """Published: the citation. Measured: hardware, image or versions, date, run directory."""
+    gpus: int | None = None
+    """GPU count the number was obtained on."""
+    date: str | None = None
+    """Date of the publication or measurement (YYYY-MM-DD)."""
+
+
+class Expect(Section):
+    tflops_per_gpu: float | None = None
+    """Expected model TFLOP/s per GPU."""
+    baseline_tflops_per_gpu: float | None = None
+    """Expected TFLOP/s per GPU of the unoptimized baseline, when the source gives one."""
+    scaling_efficiency: float | None = None
+    """Expected weak-scaling efficiency (0..1)."""
+    step_time_s: float | None = None
+    """Expected seconds per step."""
+    provenance: Provenance
+    """Required: every expected number says where it comes from."""
+
+
+class Model(Section):
+    name: str
+    """MaxText model_name (a file in MaxText's configs/models/)."""
+    num_layers: int = Field(ge=1)
+    """Decoder layers (MaxText base_num_decoder_layers)."""
+    first_dense_layers: int = Field(ge=0)
+    """Leading layers with a dense MLP instead of MoE (MaxText first_num_dense_layers)."""
+    num_experts: int = Field(ge=1)
+    """Routed experts per MoE layer."""
+    experts_per_token: int = Field(ge=1)
+    """Routed experts each token goes to (top-k)."""
+    extra: dict[str, Scalar] = {}
+    """Further MaxText model keys (widths, vocab) overriding the model file."""
+
+    @model_validator(mode="after")
+    def _check(self) -> Model:
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(
+                f"experts_per_token={self.experts_per_token} exceeds num_experts={self.num_experts}"
+            )
+        if self.first_dense_layers >= self.num_layers:
+            raise ValueError(
+                f"first_dense_layers={self.first_dense_layers} leaves no MoE layer of {self.num_layers}"
+            )
+        return self
+
+
+class Moe(Section):
+    backend: Literal["te", "tokamax", "ragged_dot", "dense", "capacity", "megablox"]
+    """Routed-expert compute path; see docs/optimizations.md."""
+    capacity_factor: float = -1.0
+    """Expert capacity as a multiple of the balanced load; <= 0 means dropless."""
+    allow_token_dropping: bool = False
+    """Must be true to run a token-dropping (capacity_factor > 0) configuration."""
+    force: bool = False
+    """Run a back end even where it is known to be pathological (megablox on GPU)."""
+
+
+class Precision(Section):
+    name: Literal["bf16", "fp8", "mxfp8"]
+    """GEMM precision set."""
+
+
+class Memory(Section):
+    remat_policy: str = "full"
+    """MaxText remat_policy (full, minimal, save_dot_except_mlp, custom, ...)."""
+    tensors: dict[str, Literal["device", "remat", "offload"]] = {}
+    """Per-tensor choices for remat_policy=custom (MaxText keys such as moe_mlpwi_0)."""
+
+
+class Xla(Section):
+    flags: dict[str, Scalar] = {}
+    """XLA flag name (without --) to value."""
+
+
+class Peaks(Section):
+    bf16: float | None = None
+    """Dense BF16 peak, TFLOP/s per device."""
+    fp8: float | None = None
+    """Dense FP8 peak, TFLOP/s per device."""
+
+
+class Features(Section):
+    fp8: bool = False
+    """FP8 tensor cores (Hopper and newer)."""
+    mxfp8: bool = False
+    """Block-scaled MXFP8 tensor cores (Blackwell only)."""
+
+
+class Hardware(Section):
+    name: str
+    """Hardware option name (cpu, h100, h200, b200, gb200, gb300)."""
+    platform: Literal["cpu", "gpu"]
+    """JAX platform."""
+    arch: str
+    """Architecture family (cpu, hopper, blackwell)."""
+    sm: int | None = None
+    """CUDA compute capability as an integer (90 = 9.0); None on CPU."""
+    hbm_gib: float | None = None
+    """Device memory per GPU, GiB."""
+    peak_tflops: Peaks = Peaks()
+    """Datasheet peaks used for MFU."""
+    peak_source: str
+    """Citation of the peak numbers."""
+    features: Features = Features()
+    """What the tensor cores support."""
+    env: dict[str, Scalar] = {}
+    """Runtime environment specific to this hardware."""
+
+
+class Cluster(Section):
+    kind: Literal["local", "jobset", "slurm"]
+    """Where processes run."""
+    nodes: int = Field(1, ge=1)
+    """Nodes (hosts) in the job."""
+    gpus_per_node: int = Field(1, ge=1)
+    """Devices per node. On CPU: host devices per node, split evenly over its processes."""
+    processes_per_node: int = Field(1, ge=1)
+    """JAX processes per node: 1 (one drives all devices) or gpus_per_node (one per device)."""
+    coordinator_port: int = Field(12355, ge=1, le=65535)
+    """TCP port of the jax.distributed coordinator (process 0)."""
+
+
+class Network(Section):
+    name: str
+    """Interconnect profile (none, ib, efa, gb200_computedomain)."""
+    env: dict[str, Scalar] = {}
+    """Environment the profile needs (NCCL transport settings)."""
+
+
+class Data(Section):
+    dataset_type: Literal["synthetic", "tfds", "hf", "grain"] = "synthetic"
+    """MaxText dataset_type."""
+
+
+class Config(Section):
+    """A composed, typed moekit configuration."""
+
+    experiment_name: str
+    run: Run = Run()
+    train: Train = Train()
+    parallelism: Parallelism = Parallelism()
+    checkpoint: Checkpoint = Checkpoint()
+    maxtext: MaxText = MaxText()
+    expect: Expect | None = None
+    model: Model
+    moe: Moe
+    precision: Precision
+    memory: Memory
+    xla: Xla
+    hardware: Hardware
+    cluster: Cluster
+    network: Network
+    data: Data
+
+    # ---- derived values (never typed by hand) ----
+    @property
+    def num_processes(self) -> int:
+        return self.cluster.nodes * self.cluster.processes_per_node
+
+    @property
+    def devices_per_process(self) -> int:
+        return max(1, self.cluster.gpus_per_node // self.cluster.processes_per_node)
+
+    @property
+    def num_devices(self) -> int:
+        return self.num_processes * self.devices_per_process
+
+    @property
+    def num_slices(self) -> int:
+        return math.prod(v for _, v in self.parallelism.dcn.items())
+
+    @property
+    def ici_filled(self) -> dict[str, int]:
+        """ICI axes with a -1 replaced by what fills one slice (unchanged if it does not divide)."""
+        axes = dict(self.parallelism.ici.items())
+        per_slice = self.num_devices // max(1, self.num_slices)
+        known = math.prod(v for v in axes.values() if v != -1)
+        for name, value in axes.items():
+            if value == -1:
+                axes[name] = per_slice // known if known and per_slice % known == 0 else -1
+        return axes
+
+    @property
+    def global_batch(self) -> float:
+        """Sequences per step across all devices."""
+        return self.train.per_device_batch_size * self.num_devices
+
+    @property
+    def maxtext_hardware(self) -> str:
+        """MaxText's hardware key: cpu, gpu (one process per node) or gpu_multiprocess (one per GPU)."""
+        if self.hardware.platform == "cpu":
+            return "cpu"
+        if self.cluster.processes_per_node > 1 or self.moe.backend == "te":
+            return "gpu_multiprocess"
+        return "gpu"
+
+    @property
+    def run_name(self) -> str:
+        return self.run.name or self.experiment_name
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")

@@ -1,0 +1,44 @@
+"""Read MaxText's per-step metrics JSONL (metrics_file=)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from moekit.errors import MoekitError
+
+
+class MetricsError(MoekitError):
+    """A metrics file is missing or unreadable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    rows: list[dict]
+    """One dict per step, in step order (the last record of a repeated step wins)."""
+    truncated_tail: bool = False
+    """The last line was cut off (a run killed mid-write); it was skipped."""
+    path: Path | None = field(default=None)
+
+
+def read(path: Path) -> Metrics:
+    if not path.is_file():
+        raise MetricsError(f"no metrics file at {path}: the run wrote no step (see its maxtext.log).")
+    text = path.read_text(encoding="utf8", errors="replace")
+    lines = text.splitlines()
+    by_step: dict[int, dict] = {}
+    truncated = False
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            step = int(row["step"])
+        except (ValueError, KeyError, TypeError) as exc:
+            if i == len(lines) - 1 and not text.endswith("\n"):
+                truncated = True
+                continue
+            raise MetricsError(f"{path}:{i + 1} is not a MaxText metrics record ({exc}); the file is corrupt.") from None
+        by_step[step] = row
+    return Metrics([by_step[s] for s in sorted(by_step)], truncated, path)

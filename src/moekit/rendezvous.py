@@ -1,0 +1,120 @@
+"""Who is who in a multi-process job: coordinator, process count, process id, local devices.
+
+One function per environment (local, JobSet, Slurm). Each takes the environment as an argument
+(never reads os.environ itself) and returns the Rendezvous of every process this host must start.
+`process_env` turns one into the variables moekit's worker reads before MaxText starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from moekit.errors import MoekitError
+
+# The variables moekit.worker reads; JAX_COORDINATOR_ADDRESS and JAX_LOCAL_DEVICE_IDS are also JAX's own.
+COORDINATOR = "JAX_COORDINATOR_ADDRESS"
+NUM_PROCESSES = "JAX_NUM_PROCESSES"
+PROCESS_ID = "JAX_PROCESS_ID"
+LOCAL_DEVICES = "JAX_LOCAL_DEVICE_IDS"
+TIMEOUT = "MOEKIT_RENDEZVOUS_TIMEOUT_S"
+
+# What the JobSet pod template exports (render/jobset.py writes these names).
+JOBSET_COORDINATOR_HOST = "MOEKIT_COORDINATOR_HOST"
+JOBSET_COORDINATOR_PORT = "MOEKIT_COORDINATOR_PORT"
+JOBSET_NUM_NODES = "MOEKIT_NUM_NODES"
+JOBSET_NODE_RANK = "JOB_COMPLETION_INDEX"  # set by the Indexed Job controller in every pod
+
+
+class RendezvousError(MoekitError):
+    """The environment does not describe a consistent multi-process job."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rendezvous:
+    coordinator: str
+    """host:port of process 0's coordinator service."""
+    num_processes: int
+    process_id: int
+    node_rank: int
+    local_rank: int
+    local_device_ids: tuple[int, ...] | None
+    """GPU ids this process drives; None = all visible devices (one process per node, or CPU)."""
+
+
+def _node_processes(
+    coordinator: str, nodes: int, node_rank: int, processes_per_node: int, gpus_per_node: int, gpu: bool
+) -> list[Rendezvous]:
+    if not 0 <= node_rank < nodes:
+        raise RendezvousError(f"node rank {node_rank} is outside 0..{nodes - 1}; check the node count and index.")
+    per_gpu = gpu and processes_per_node > 1
+    return [
+        Rendezvous(
+            coordinator=coordinator,
+            num_processes=nodes * processes_per_node,
+            process_id=node_rank * processes_per_node + local,
+            node_rank=node_rank,
+            local_rank=local,
+            local_device_ids=(local,) if per_gpu else None,
+        )
+        for local in range(processes_per_node)
+    ]
+
+
+def local(processes: int, port: int, gpus_per_node: int = 1, gpu: bool = False) -> list[Rendezvous]:
+    """Every process of a job on this one host, coordinated over loopback."""
+    return _node_processes(f"127.0.0.1:{port}", 1, 0, processes, gpus_per_node, gpu)
+
+
+def _int(env: Mapping[str, str], name: str, hint: str) -> int:
+    value = env.get(name)
+    if value is None or not value.strip().lstrip("-").isdigit():
+        raise RendezvousError(f"{name}={value!r} is missing or not an integer; {hint}")
+    return int(value)
+
+
+def from_jobset(env: Mapping[str, str], processes_per_node: int, gpus_per_node: int, gpu: bool) -> list[Rendezvous]:
+    """A JobSet pod: node rank from the Indexed Job's completion index, coordinator from the rendered env."""
+    hint = "render the manifest with `moekit render … target=jobset`, which sets it."
+    host = env.get(JOBSET_COORDINATOR_HOST)
+    if not host:
+        raise RendezvousError(f"{JOBSET_COORDINATOR_HOST} is not set; {hint}")
+    port = _int(env, JOBSET_COORDINATOR_PORT, hint)
+    nodes = _int(env, JOBSET_NUM_NODES, hint)
+    rank = _int(env, JOBSET_NODE_RANK, "the pod must belong to an Indexed Job (completionMode: Indexed).")
+    return _node_processes(f"{host}:{port}", nodes, rank, processes_per_node, gpus_per_node, gpu)
+
+
+def _first_slurm_host(nodelist: str) -> str:
+    """First host of a Slurm node list: 'gpu[003-005,9],cpu1' -> 'gpu003'."""
+    head = nodelist.split(",")[0] if "[" not in nodelist.split(",")[0] else nodelist[: nodelist.index("]") + 1]
+    if "[" not in head:
+        return head
+    prefix, ranges = head[:-1].split("[", 1)
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def from_slurm(env: Mapping[str, str], port: int, processes_per_node: int, gpus_per_node: int, gpu: bool) -> list[Rendezvous]:
+    """One `srun` task per node (moekit starts the per-GPU processes itself)."""
+    hint = "run moekit under `srun` with one task per node."
+    nodes = _int(env, "SLURM_JOB_NUM_NODES", hint) if "SLURM_JOB_NUM_NODES" in env else _int(env, "SLURM_NNODES", hint)
+    rank = _int(env, "SLURM_NODEID", hint)
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        raise RendezvousError(f"SLURM_JOB_NODELIST is not set; {hint}")
+    return _node_processes(f"{_first_slurm_host(nodelist)}:{port}", nodes, rank, processes_per_node, gpus_per_node, gpu)
+
+
+def process_env(r: Rendezvous, timeout_s: int) -> dict[str, str]:
+    """Variables for one process; a single-process job needs none."""
+    if r.num_processes == 1:
+        return {}
+    env = {
+        COORDINATOR: r.coordinator,
+        NUM_PROCESSES: str(r.num_processes),
+        PROCESS_ID: str(r.process_id),
+        TIMEOUT: str(timeout_s),
+    }
+    if r.local_device_ids is not None:
+        env[LOCAL_DEVICES] = ",".join(map(str, r.local_device_ids))
+    return env

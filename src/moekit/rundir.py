@@ -1,0 +1,56 @@
+"""Run directories: one per run, never overwritten; every file written atomically."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG = "config.yaml"          # resolved moekit config
+JOB = "job.json"                # MaxText command, XLA flags, env, per-process rendezvous env
+VERSIONS = "versions.json"      # python, jax, jaxlib, maxtext, moekit, host
+METRICS = "metrics.jsonl"       # MaxText's per-step metrics (metrics_file=)
+LOG = "maxtext.log"             # process 0's output (others: maxtext.<rank>.log)
+SUMMARY = "summary.json"        # steady-state summary with provenance
+MANIFEST = "manifest.json"      # status of the run: ok | failed (with class) | running
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+def write_yaml(path: Path, data: Any) -> None:
+    write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def new_run_dir(base: Path, experiment: str, now: datetime) -> Path:
+    """<base>/<experiment>/<timestamp>[-N]: created exclusively, so two runs never share one."""
+    parent = base / experiment
+    parent.mkdir(parents=True, exist_ok=True)
+    stamp = now.strftime("%Y-%m-%d_%H-%M-%S")
+    for n in range(1000):
+        candidate = parent / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not create a new run directory under {parent}")

@@ -1,0 +1,77 @@
+"""Everything one training job needs, translated from a config (pure)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from moekit import rendezvous as rz
+from moekit.config.schema import Config
+from moekit.translate.env import EnvVar, env_vars
+from moekit.translate.maxtext_args import TRAIN_MODULE, Arg, maxtext_args
+from moekit.translate.xla_flags import xla_flags
+
+WORKER_MODULE = "moekit.worker"
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    args: list[Arg]
+    xla_flags: list[str]
+    env: list[EnvVar]
+
+    @property
+    def maxtext_args(self) -> list[str]:
+        return [a.render() for a in self.args]
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return {v.name: v.value for v in self.env}
+
+    def argv(self, process_id: int = 0, python: str = sys.executable) -> list[str]:
+        """What a process executes: moekit's worker joins the rendezvous, then runs MaxText's trainer.
+
+        Every MaxText process writes metrics_file, so processes other than 0 get their own file.
+        """
+        args = [
+            a.render() if a.key != "metrics_file" or process_id == 0 else f"{a.key}={per_process(str(a.value), process_id)}"
+            for a in self.args
+        ]
+        return [python, "-m", WORKER_MODULE, TRAIN_MODULE, *args]
+
+    def maxtext_command(self, python: str = "python3") -> list[str]:
+        """The equivalent plain MaxText command line (what the worker runs after the rendezvous)."""
+        return [python, "-m", TRAIN_MODULE, *self.maxtext_args]
+
+
+def per_process(path: str, process_id: int) -> str:
+    """metrics.jsonl -> metrics.3.jsonl for process 3 (process 0 keeps the plain name)."""
+    if process_id == 0:
+        return path
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.{process_id}.{ext}" if dot else f"{path}.{process_id}"
+
+
+def build(cfg: Config, run_dir: str, metrics_file: str) -> Job:
+    return Job(maxtext_args(cfg, run_dir, metrics_file), xla_flags(cfg), env_vars(cfg))
+
+
+def processes(cfg: Config, environ: dict[str, str], rendezvous_timeout_s: int = 300) -> list[dict[str, str]]:
+    """Per-process rendezvous env for the processes this host starts, read from the launcher's environment."""
+    c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
+    if c.kind == "local":
+        if c.nodes != 1:
+            raise rz.RendezvousError(
+                f"cluster=local runs on one host but cluster.nodes={c.nodes}; use cluster=jobset or cluster=slurm."
+            )
+        found = rz.local(c.processes_per_node, c.coordinator_port, c.gpus_per_node, gpu)
+    elif c.kind == "jobset":
+        found = rz.from_jobset(environ, c.processes_per_node, c.gpus_per_node, gpu)
+    else:
+        found = rz.from_slurm(environ, c.coordinator_port, c.processes_per_node, c.gpus_per_node, gpu)
+    if found[0].num_processes != cfg.num_processes:
+        raise rz.RendezvousError(
+            f"the environment describes {found[0].num_processes} processes but the config {cfg.num_processes} "
+            f"(cluster.nodes={c.nodes} x cluster.processes_per_node={c.processes_per_node}); make them agree."
+        )
+    return [rz.process_env(r, rendezvous_timeout_s) for r in found]
