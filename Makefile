@@ -29,6 +29,7 @@ smoke: venv  ## real training of a tiny dropless MoE on CPU (about 30 s)
 	$(VENV)/bin/moekit train experiment=smoke
 
 test: venv  ## the whole suite: unit + integration (CPU training, docker, processes)
+	$(VENV)/bin/ruff check src tests
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## unit tests only

@@ -1,24 +1,29 @@
-"""moekit's command line: thin dispatch to commands/, user errors printed without a traceback."""
+"""moekit's command line: thin dispatch to commands/<name>.py, user errors printed without a traceback.
+
+Each command module defines `HELP`, `add_arguments(parser)` and `run(args) -> int`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import warnings
 
 from moekit.errors import MoekitError
 
-COMMANDS = ("train", "render", "plan", "report", "verify", "tune", "bench")
+# name -> module under moekit.commands (imported lazily: `moekit --help` stays fast)
+COMMANDS = {
+    "train": "train",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="moekit", description="Dropless MoE training with JAX + TE + MaxText.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    t = sub.add_parser("train", help="compose, validate, launch MaxText, summarize")
-    t.add_argument("overrides", nargs="*", help="Hydra overrides: group=option, a.b=value")
-    t.add_argument("--dry-run", action="store_true", help="print config, MaxText command and env; launch nothing")
-    t.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
+    for name, module in COMMANDS.items():
+        mod = importlib.import_module(f"moekit.commands.{module}")
+        mod.add_arguments(sub.add_parser(name, help=mod.HELP, description=mod.HELP))
     return p
 
 
@@ -27,11 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=UserWarning)
     args = _parser().parse_args(argv)
     try:
-        if args.command == "train":
-            from moekit.commands.train import train
-
-            return train(args.overrides, dry_run=args.dry_run, fmt=args.format)
-        raise MoekitError(f"'moekit {args.command}' is not available in this version.")
+        return importlib.import_module(f"moekit.commands.{COMMANDS[args.command]}").run(args)
     except MoekitError as exc:
         print(f"moekit: error: {exc}", file=sys.stderr)
         return exc.exit_code

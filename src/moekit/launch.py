@@ -58,7 +58,9 @@ def run(specs: Sequence[ProcessSpec], on_line: Callable[[str], None] | None = No
                 start_new_session=True,  # its own process group, so a stop reaches its children too
             )
             procs.append(proc)
-            t = threading.Thread(target=_pump, args=(proc.stdout, spec.log, on_line if rank == 0 else None), daemon=True)
+            t = threading.Thread(
+                target=_pump, args=(proc.stdout, spec.log, on_line if rank == 0 else None), daemon=True
+            )
             t.start()
             pumps.append(t)
         failed: int | None = None

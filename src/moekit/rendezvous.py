@@ -94,7 +94,9 @@ def _first_slurm_host(nodelist: str) -> str:
     return prefix + ranges.split(",")[0].split("-")[0]
 
 
-def from_slurm(env: Mapping[str, str], port: int, processes_per_node: int, gpus_per_node: int, gpu: bool) -> list[Rendezvous]:
+def from_slurm(
+    env: Mapping[str, str], port: int, processes_per_node: int, gpus_per_node: int, gpu: bool
+) -> list[Rendezvous]:
     """One `srun` task per node (moekit starts the per-GPU processes itself)."""
     hint = "run moekit under `srun` with one task per node."
     nodes = _int(env, "SLURM_JOB_NUM_NODES", hint) if "SLURM_JOB_NUM_NODES" in env else _int(env, "SLURM_NNODES", hint)

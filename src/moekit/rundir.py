@@ -11,13 +11,13 @@ from typing import Any
 
 import yaml
 
-CONFIG = "config.yaml"          # resolved moekit config
-JOB = "job.json"                # MaxText command, XLA flags, env, per-process rendezvous env
-VERSIONS = "versions.json"      # python, jax, jaxlib, maxtext, moekit, host
-METRICS = "metrics.jsonl"       # MaxText's per-step metrics (metrics_file=)
-LOG = "maxtext.log"             # process 0's output (others: maxtext.<rank>.log)
-SUMMARY = "summary.json"        # steady-state summary with provenance
-MANIFEST = "manifest.json"      # status of the run: ok | failed (with class) | running
+CONFIG = "config.yaml"  # resolved moekit config
+JOB = "job.json"  # MaxText command, XLA flags, env, per-process rendezvous env
+VERSIONS = "versions.json"  # python, jax, jaxlib, maxtext, moekit, host
+METRICS = "metrics.jsonl"  # MaxText's per-step metrics (metrics_file=)
+LOG = "maxtext.log"  # process 0's output (others: maxtext.<rank>.log)
+SUMMARY = "summary.json"  # steady-state summary with provenance
+MANIFEST = "manifest.json"  # status of the run: ok | failed (with class) | running
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -19,6 +20,18 @@ from moekit.config.schema import Config
 from moekit.observe import metrics, progress, summary
 from moekit.translate import job as jobmod
 from moekit.versions import versions
+
+HELP = "compose, validate, launch MaxText, summarize"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("overrides", nargs="*", help="Hydra overrides: group=option, a.b=value")
+    p.add_argument("--dry-run", action="store_true", help="print config, MaxText command and env; launch nothing")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
+
+
+def run(args: argparse.Namespace) -> int:
+    return train(args.overrides, dry_run=args.dry_run, fmt=args.format)
 
 
 def resolve_run_dir(cfg: Config, now: datetime) -> Path:
@@ -78,11 +91,17 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     job = jobmod.build(cfg, str(run), str(metrics_path))
     view = describe(cfg, job, procs)
     rundir.write_yaml(run / rundir.CONFIG, cfg.to_dict())
-    rundir.write_json(run / rundir.JOB, {k: view[k] for k in ("maxtext_command", "maxtext_args", "xla_flags", "env", "processes")} | {"overrides": overrides})
+    rundir.write_json(
+        run / rundir.JOB,
+        {k: view[k] for k in ("maxtext_command", "maxtext_args", "xla_flags", "env", "processes")}
+        | {"overrides": overrides},
+    )
     vers = versions()
     rundir.write_json(run / rundir.VERSIONS, vers)
     rundir.write_json(run / rundir.MANIFEST, {"status": "running", "started": now.isoformat(), "overrides": overrides})
-    print(f"moekit: {cfg.experiment_name} -> {run}  ({len(procs)} process(es), {cfg.num_devices} device(s))", flush=True)
+    print(
+        f"moekit: {cfg.experiment_name} -> {run}  ({len(procs)} process(es), {cfg.num_devices} device(s))", flush=True
+    )
 
     specs = []
     for penv in procs:
@@ -126,15 +145,22 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
         **summ,
     }
     rundir.write_json(run / rundir.SUMMARY, record)
-    status = {"status": "ok" if ok else "failed", "returncodes": outcome.returncodes, "failed_rank": outcome.failed_rank}
+    status = {
+        "status": "ok" if ok else "failed",
+        "returncodes": outcome.returncodes,
+        "failed_rank": outcome.failed_rank,
+    }
     rundir.write_json(run / rundir.MANIFEST, {"started": now.isoformat(), "overrides": overrides, **status})
     if summ.get("steps"):
         print(summary.format_summary(summ, cfg.hardware.name, cfg.hardware.peak_source))
     if not ok:
         log = specs[outcome.failed_rank].log
         tail = log.read_text(errors="replace").splitlines()[-15:] if log.is_file() else []
-        print(f"moekit: training failed (process {outcome.failed_rank} exited {outcome.returncodes[outcome.failed_rank]}); "
-              f"log: {log}", file=sys.stderr)
+        print(
+            f"moekit: training failed (process {outcome.failed_rank} exited "
+            f"{outcome.returncodes[outcome.failed_rank]}); log: {log}",
+            file=sys.stderr,
+        )
         print("\n".join("  | " + t for t in tail), file=sys.stderr)
         return 1
     print(f"moekit: run directory {run}")

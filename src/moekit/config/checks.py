@@ -143,8 +143,7 @@ def precision_supported(cfg: Config) -> Iterator[Problem]:
     if p == "mxfp8" and not f.mxfp8:
         yield Problem(
             "precision",
-            f"precision=mxfp8 needs block-scaled MXFP8 tensor cores (Blackwell); hardware={cfg.hardware.name} "
-            "has none",
+            f"precision=mxfp8 needs block-scaled MXFP8 tensor cores (Blackwell); hardware={cfg.hardware.name} has none",
             "use precision=fp8 (Hopper) or precision=bf16, or choose Blackwell hardware (hardware=b200|gb200|gb300)",
         )
     if p == "fp8" and not f.fp8:

@@ -13,6 +13,9 @@ from pydantic import ValidationError
 from moekit.config.schema import Config
 from moekit.errors import ConfigError
 
+# Free-form mappings: a key under them may be new, so `a.b.KEY=V` is passed to Hydra as `++a.b.KEY=V`.
+OPEN_MAPPINGS = ("maxtext.extra.", "model.extra.", "memory.tensors.", "xla.flags.", "hardware.env.", "network.env.")
+
 GROUPS = ("experiment", "model", "moe", "precision", "memory", "xla", "hardware", "cluster", "network", "data")
 
 
@@ -39,6 +42,7 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
     from omegaconf.errors import OmegaConfBaseException
 
     conf = conf or config_dir()
+    overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
     GlobalHydra.instance().clear()

@@ -19,7 +19,7 @@ Scalar = str | int | float | bool | None
 class Section(BaseModel):
     """Base of every config section: unknown keys are errors, values are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, coerce_numbers_to_str=True)
 
 
 class Run(Section):
@@ -125,13 +125,9 @@ class Model(Section):
     @model_validator(mode="after")
     def _check(self) -> Model:
         if self.experts_per_token > self.num_experts:
-            raise ValueError(
-                f"experts_per_token={self.experts_per_token} exceeds num_experts={self.num_experts}"
-            )
+            raise ValueError(f"experts_per_token={self.experts_per_token} exceeds num_experts={self.num_experts}")
         if self.first_dense_layers >= self.num_layers:
-            raise ValueError(
-                f"first_dense_layers={self.first_dense_layers} leaves no MoE layer of {self.num_layers}"
-            )
+            raise ValueError(f"first_dense_layers={self.first_dense_layers} leaves no MoE layer of {self.num_layers}")
         return self
 
 
@@ -147,7 +143,7 @@ class Moe(Section):
 
 
 class Precision(Section):
-    name: Literal["bf16", "fp8", "mxfp8"]
+    name: Literal["fp32", "bf16", "fp8", "mxfp8"]
     """GEMM precision set."""
 
 

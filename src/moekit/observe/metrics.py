@@ -39,6 +39,8 @@ def read(path: Path) -> Metrics:
             if i == len(lines) - 1 and not text.endswith("\n"):
                 truncated = True
                 continue
-            raise MetricsError(f"{path}:{i + 1} is not a MaxText metrics record ({exc}); the file is corrupt.") from None
+            raise MetricsError(
+                f"{path}:{i + 1} is not a MaxText metrics record ({exc}); the file is corrupt."
+            ) from None
         by_step[step] = row
     return Metrics([by_step[s] for s in sorted(by_step)], truncated, path)

@@ -24,4 +24,7 @@ def parse(line: str) -> StepLine | None:
 def format_progress(s: StepLine, total: int, elapsed_s: float) -> str:
     done = s.step + 1
     eta = s.seconds * max(0, total - done)
-    return f"step {done:>{len(str(total))}}/{total}  {s.seconds:7.3f} s/step  loss {s.loss:8.4f}  ETA {eta:5.0f} s  ({elapsed_s:.0f} s elapsed)"
+    return (
+        f"step {done:>{len(str(total))}}/{total}  {s.seconds:7.3f} s/step  loss {s.loss:8.4f}  "
+        f"ETA {eta:5.0f} s  ({elapsed_s:.0f} s elapsed)"
+    )

@@ -34,7 +34,9 @@ class Job:
         Every MaxText process writes metrics_file, so processes other than 0 get their own file.
         """
         args = [
-            a.render() if a.key != "metrics_file" or process_id == 0 else f"{a.key}={per_process(str(a.value), process_id)}"
+            a.render()
+            if a.key != "metrics_file" or process_id == 0
+            else f"{a.key}={per_process(str(a.value), process_id)}"
             for a in self.args
         ]
         return [python, "-m", WORKER_MODULE, TRAIN_MODULE, *args]

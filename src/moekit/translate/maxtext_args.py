@@ -6,11 +6,15 @@ optimization set what. Later entries win; output order is deterministic.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import yaml
 
 from moekit.config.schema import Config, Scalar
+
+# Strings that every YAML reader keeps as strings when unquoted (no number, bool or null look-alikes).
+_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./:@+-]*")
 
 TRAIN_MODULE = "maxtext.trainers.pre_train.train"
 
@@ -22,6 +26,14 @@ MOE_KEYS: dict[str, dict[str, Scalar]] = {
     "dense": {"sparse_matmul": False},
     "capacity": {"sparse_matmul": False},
     "megablox": {"sparse_matmul": True, "megablox": True},
+}
+
+# precision=<name> -> MaxText keys (activation dtype; quantization of dense and expert GEMMs).
+PRECISION_KEYS: dict[str, dict[str, Scalar]] = {
+    "fp32": {"dtype": "float32"},
+    "bf16": {"dtype": "bfloat16"},
+    "fp8": {"dtype": "bfloat16", "quantization": "te_fp8_currentscaling"},
+    "mxfp8": {"dtype": "bfloat16", "quantization": "te_fp8_currentscaling", "te_gmm_quantization": "te_mxfp8"},
 }
 
 
@@ -43,9 +55,9 @@ def format_value(value: Scalar) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     text = str(value)
-    if text == "" or not isinstance(yaml.safe_load(text), str) or yaml.safe_load(text) != text:
-        return "'" + text.replace("'", "''") + "'"
-    return text
+    if _PLAIN.fullmatch(text) and yaml.safe_load(text) == text:
+        return text
+    return "'" + text.replace("'", "''") + "'"
 
 
 def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
@@ -85,6 +97,7 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
     )
     put(f"data={cfg.data.dataset_type}", dataset_type=cfg.data.dataset_type)
     put(f"moe={cfg.moe.backend}", **MOE_KEYS[cfg.moe.backend], capacity_factor=cfg.moe.capacity_factor)
+    put(f"precision={cfg.precision.name}", **PRECISION_KEYS[cfg.precision.name])
     put(f"memory (remat_policy={cfg.memory.remat_policy})", remat_policy=cfg.memory.remat_policy)
     put("memory.tensors", **cfg.memory.tensors)
     ici, dcn = cfg.ici_filled, cfg.parallelism.dcn

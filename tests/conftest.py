@@ -1,0 +1,49 @@
+"""Shared fixtures: compose the real config tree, run the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from moekit.config.compose import compose as _compose
+from moekit.config.schema import Config
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+
+
+def compose(experiment: str | None = None, overrides: Sequence[str] = ()) -> Config:
+    """The composed, typed config of an experiment plus overrides (through Hydra's compose API)."""
+    ov = ([f"experiment={experiment}"] if experiment else []) + list(overrides)
+    return _compose(ov)
+
+
+def moekit(*args: str, env: dict[str, str] | None = None, timeout: float = 600, cwd: Path | None = None):
+    """Run the installed `moekit` command line as a user would; returns the CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, "-m", "moekit", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=(os.environ | (env or {})),
+        cwd=cwd or REPO,
+    )
+
+
+def losses(run_dir: Path, name: str = "metrics.jsonl") -> list[float]:
+    return [json.loads(line)["learning/loss"] for line in (run_dir / name).read_text().splitlines() if line.strip()]
+
+
+def shared_file(relative: str) -> Path:
+    """A file from ../shared, or skip: users' clones do not have ../shared."""
+    path = SHARED / relative
+    if not path.exists():
+        pytest.skip(f"needs ../shared/{relative}, which exists only beside the development checkout")
+    return path
