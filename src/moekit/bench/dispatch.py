@@ -1,0 +1,104 @@
+"""Token dispatch/combine microbenchmark on one device: the permutation around the expert GEMMs.
+
+Dispatch: router top-k, a stable sort of token copies by expert, the gather into expert order and the
+group sizes. Combine: the weighted return of expert outputs to token order, two ways: scatter-add (what
+MaxText's sparse path does) and gather-by-inverse-permutation then a sum over top-k (no atomics).
+The result is set against one grouped GEMM of the same layer (hidden -> expert FFN).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from moekit.bench import gmm
+from moekit.bench.timing import median_seconds
+
+COMBINES = ("scatter_add", "gather_sum")
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    tokens: int
+    """Tokens on this device per step."""
+    hidden: int
+    """Model hidden size."""
+    experts: int
+    """Local experts."""
+    topk: int
+    """Experts per token."""
+    ffn: int
+    """Expert FFN size (for the grouped GEMM it is compared with)."""
+
+
+def functions(layer: Layer) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+
+    t, k = layer.tokens, layer.topk
+
+    def dispatch(h, logits):
+        weights, idx = jax.lax.top_k(logits, k)
+        flat = idx.reshape(-1)
+        order = jnp.argsort(flat, stable=True)
+        return h[order // k], order, jnp.bincount(flat, length=layer.experts), weights.reshape(-1)
+
+    def scatter_add(y, order, weights):
+        return jnp.zeros((t, y.shape[1]), y.dtype).at[order // k].add(y * weights[order][:, None].astype(y.dtype))
+
+    def gather_sum(y, order, weights):
+        back = y[jnp.argsort(order)].reshape(t, k, y.shape[1])
+        return jnp.einsum("tkh,tk->th", back, weights.reshape(t, k).astype(y.dtype))
+
+    return {"dispatch": jax.jit(dispatch), "scatter_add": jax.jit(scatter_add), "gather_sum": jax.jit(gather_sum)}
+
+
+def run(layer: Layer, gmm_backend: str = "tokamax", dtype: str = "bfloat16", iters: int = 20) -> dict[str, Any]:
+    import jax
+    import jax.numpy as jnp
+
+    ks = jax.random.split(jax.random.PRNGKey(0), 2)
+    h = jax.random.normal(ks[0], (layer.tokens, layer.hidden), dtype)
+    logits = jax.random.normal(ks[1], (layer.tokens, layer.experts), jnp.float32)
+    fns = functions(layer)
+    xs, order, counts, weights = fns["dispatch"](h, logits)
+    rows = {"dispatch": median_seconds(fns["dispatch"], h, logits, iters=iters)}
+    for name in COMBINES:
+        rows[name] = median_seconds(fns[name], xs, order, weights, iters=iters)
+    # Both combines must give the same tokens back (so the cheaper one is a drop-in).
+    diff = jnp.max(jnp.abs(fns["scatter_add"](xs, order, weights) - fns["gather_sum"](xs, order, weights)))
+    shape = gmm.Shape(layer.experts, layer.tokens * layer.topk, layer.hidden, layer.ffn)
+    g = gmm.run(shape, [gmm_backend], ["balanced"], dtype=dtype, iters=iters)
+    timed = [r for r in g["rows"] if r["backend"] == gmm_backend and r["ms"] is not None]
+    gmm_ms = timed[0]["ms"] if timed else None
+    out = {
+        "layer": asdict(layer),
+        "dtype": dtype,
+        "ms": {name: s * 1e3 for name, s in rows.items()},
+        "combines_agree_max_abs": float(diff),
+        "gmm": {"backend": gmm_backend, "ms": gmm_ms, "error": None if timed else g["rows"][-1]["error"]},
+        "ratio_to_gmm": {},
+    }
+    if gmm_ms:
+        for name in COMBINES:
+            out["ratio_to_gmm"][f"dispatch+{name}"] = (out["ms"]["dispatch"] + out["ms"][name]) / gmm_ms
+    return out
+
+
+def format_table(result: dict[str, Any]) -> str:
+    ly, ms = result["layer"], result["ms"]
+    g = result["gmm"]
+    lines = [
+        f"dispatch/combine: {ly['tokens']} tokens x top-{ly['topk']} over {ly['experts']} experts, "
+        f"hidden {ly['hidden']}, {result['dtype']}",
+        "| step | ms | (dispatch + combine) / grouped GEMM |",
+        "|---|---|---|",
+        f"| dispatch (top-k, sort, gather) | {ms['dispatch']:.3f} | |",
+    ]
+    for name in COMBINES:
+        ratio = result["ratio_to_gmm"].get(f"dispatch+{name}")
+        lines.append(f"| combine: {name} | {ms[name]:.3f} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+    gms = "-" if g["ms"] is None else f"{g['ms']:.3f}"
+    lines.append(f"| one grouped GEMM ({g['backend']}, hidden -> {ly['ffn']}) | {gms} | {g['error'] or ''} |")
+    lines.append(f"combines agree to {result['combines_agree_max_abs']:.3g} (max abs)")
+    return "\n".join(lines)
