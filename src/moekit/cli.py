@@ -15,6 +15,7 @@ from moekit.errors import MoekitError
 # name -> module under moekit.commands (imported lazily: `moekit --help` stays fast)
 COMMANDS = {
     "train": "train",
+    "render": "render",
     "bench": "bench",
 }
 

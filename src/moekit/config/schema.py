@@ -29,6 +29,9 @@ class Run(Section):
     """Run directory; None means <base_dir>/<experiment_name>/<timestamp>. An existing one is resumed."""
     base_dir: str = "outputs"
     """Parent folder of generated run directories."""
+    secrets: list[str] = []
+    """Further names (environment variables, config or MaxText keys) whose values are redacted from everything
+    moekit prints and writes; credential-looking names (HF_TOKEN, *_API_KEY, *PASSWORD*) always are."""
 
 
 class Train(Section):
@@ -121,6 +124,8 @@ class Model(Section):
     """Routed experts each token goes to (top-k)."""
     extra: dict[str, Scalar] = {}
     """Further MaxText model keys (widths, vocab) overriding the model file."""
+    attention: str | None = None
+    """MaxText attention kernel (cudnn_flash_te needs TransformerEngine); None = MaxText's choice."""
 
     @model_validator(mode="after")
     def _check(self) -> Model:
@@ -140,6 +145,12 @@ class Moe(Section):
     """Must be true to run a token-dropping (capacity_factor > 0) configuration."""
     force: bool = False
     """Run a back end even where it is known to be pathological (megablox on GPU)."""
+    dispatch: Literal["ragged_all_to_all", "ring", "nccl_ep"] = "ragged_all_to_all"
+    """Expert-parallel dispatch/combine: MaxText's ragged all-to-all, ring of experts, or NCCL EP (moe=te only)."""
+    ragged_buffer_factor: float = -1.0
+    """Receive buffer per EP rank as a multiple of the balanced load; <= 0 sizes it for the worst case."""
+    overflow_check_every: int = Field(20, ge=1)
+    """moe=te: steps between host checks of NCCL EP receive-buffer overflow (overflowing steps skip the update)."""
 
 
 class Precision(Section):
@@ -148,15 +159,23 @@ class Precision(Section):
 
 
 class Memory(Section):
+    name: str = "custom"
+    """Option name (conf/memory/<name>.yaml); shown as the origin of what it sets."""
     remat_policy: str = "full"
     """MaxText remat_policy (full, minimal, save_dot_except_mlp, custom, ...)."""
     tensors: dict[str, Literal["device", "remat", "offload"]] = {}
     """Per-tensor choices for remat_policy=custom (MaxText keys such as moe_mlpwi_0)."""
+    env: dict[str, Scalar] = {}
+    """Runtime environment the policy needs (pinned-host pool for offloaded activations)."""
 
 
 class Xla(Section):
+    name: str = "custom"
+    """Option name (conf/xla/<name>.yaml); shown as the origin of each flag."""
     flags: dict[str, Scalar] = {}
     """XLA flag name (without --) to value."""
+    env: dict[str, Scalar] = {}
+    """JAX compiler settings read from the environment (JAX_ENABLE_PGLE)."""
 
 
 class Peaks(Section):
@@ -205,6 +224,56 @@ class Cluster(Section):
     """JAX processes per node: 1 (one drives all devices) or gpus_per_node (one per device)."""
     coordinator_port: int = Field(12355, ge=1, le=65535)
     """TCP port of the jax.distributed coordinator (process 0)."""
+    rendezvous_timeout_s: int = Field(300, ge=1)
+    """Seconds a process waits for all others to join before it fails (jax.distributed initialization)."""
+    name: str | None = None
+    """JobSet / Slurm job name; None = experiment_name with '_' as '-'."""
+    image: str = "moekit:latest"
+    """Container image of every pod (built from this repository's Dockerfile)."""
+    namespace: str = "default"
+    """Kubernetes namespace of the JobSet."""
+    queue: str | None = None
+    """Kueue LocalQueue; set, the JobSet is created suspended and Kueue admits it."""
+    max_restarts: int = Field(3, ge=0)
+    """Whole-group restarts after a failure (JobSet failurePolicy.maxRestarts); node disruptions do not count."""
+    tolerations: list[Toleration] = []
+    """Pod tolerations (for example of the GPU nodes' taint)."""
+    node_selector: dict[str, str] = {}
+    """Pod node selector (node label -> value)."""
+    service_account: str | None = None
+    """Kubernetes service account of the pods; None = the namespace default."""
+    secrets: list[SecretEnv] = []
+    """Environment variables read from Kubernetes Secrets (never inlined into a manifest)."""
+    env: dict[str, str] = {}
+    """Extra pod environment, after moekit's own; $(VAR) may refer to a variable defined earlier."""
+    shm_gib: int = Field(64, ge=1)
+    """Size limit of the memory-backed /dev/shm of each pod, GiB."""
+    partition: str | None = None
+    """Slurm partition (sbatch --partition); None = the cluster default."""
+    account: str | None = None
+    """Slurm account (sbatch --account); None = the user default."""
+    time_limit: str = "02:00:00"
+    """Slurm wall-clock limit (sbatch --time)."""
+
+
+class Toleration(Section):
+    key: str | None = None
+    """Taint key; None with operator Exists tolerates every taint."""
+    operator: Literal["Exists", "Equal"] = "Exists"
+    """Exists ignores value; Equal matches it."""
+    value: str | None = None
+    """Taint value (operator Equal)."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect; None matches all effects."""
+
+
+class SecretEnv(Section):
+    env: str
+    """Environment variable name in the container (e.g. HF_TOKEN)."""
+    secret: str
+    """Kubernetes Secret name."""
+    key: str
+    """Key inside the Secret."""
 
 
 class Network(Section):
@@ -212,6 +281,16 @@ class Network(Section):
     """Interconnect profile (none, ib, efa, gb200_computedomain)."""
     env: dict[str, Scalar] = {}
     """Environment the profile needs (NCCL transport settings)."""
+    resources: dict[str, int] = {}
+    """Extended resources each pod requests (RDMA devices, EFA interfaces), name -> count."""
+    capabilities: list[str] = []
+    """Linux capabilities the container adds (IPC_LOCK to pin RDMA memory); never privileged."""
+    host_network: bool = False
+    """Pods use the node's network namespace (EFA); DNS policy then becomes ClusterFirstWithHostNet."""
+    resource_claim_template: str | None = None
+    """DRA ResourceClaimTemplate each pod claims (an NVIDIA ComputeDomain channel for multi-node NVLink)."""
+    min_kubernetes: str = "1.30"
+    """Oldest Kubernetes API whose pod schema fits what this profile renders (the validation target)."""
 
 
 class Data(Section):

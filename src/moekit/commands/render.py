@@ -1,0 +1,138 @@
+"""`moekit render`: compose and check a config, then write it as a cluster manifest (JobSet YAML, sbatch script)."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+import moekit
+from moekit.config.checks import ensure_valid
+from moekit.config.compose import compose
+from moekit.config.schema import Config
+from moekit.errors import ConfigError, MoekitError
+from moekit.render import document, jobset, slurm
+from moekit.render import validate as val
+
+HELP = "write the composed config as a JobSet manifest or a Slurm batch script"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    cluster: str
+    """The cluster option the rendered job runs under (its processes find their ranks through it)."""
+    render: Callable[[Config, Sequence[str], list[str]], str]
+    """(config, overrides, header lines) -> manifest text."""
+    check: Callable[[str, argparse.Namespace, Config], list[str]] | None
+    """(manifest text, CLI args, config) -> problems; None = nothing to check against."""
+
+
+def _jobset_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
+    return document.yaml_text(jobset.jobset(cfg, overrides), head)
+
+
+def _jobset_check(text: str, args: argparse.Namespace, cfg: Config) -> list[str]:
+    if not args.crd:
+        raise MoekitError(f"--check needs the JobSet CRD: --crd PATH ({val.CRD_HINT})")
+    version = max(args.kubernetes or val.KUBERNETES_VERSION, cfg.network.min_kubernetes, key=_version_key)
+    return val.problems(yaml.safe_load(text), Path(args.crd), version)
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("."))
+
+
+def _slurm_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
+    return slurm.script(cfg, overrides, head)
+
+
+# target=<name> -> how to render it. One row per target.
+TARGETS: dict[str, Target] = {
+    "jobset": Target("jobset", _jobset_text, _jobset_check),
+    "slurm": Target("slurm", _slurm_text, None),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("overrides", nargs="*", help=f"target=({'|'.join(TARGETS)}) plus Hydra overrides")
+    p.add_argument("-o", "--output", help="write to FILE instead of standard output")
+    p.add_argument("--check", action="store_true", help="validate the manifest as the cluster would; exit 1 on errors")
+    p.add_argument("--crd", help="JobSet CRD YAML (kubectl get crd jobsets.jobset.x-k8s.io -o yaml)")
+    p.add_argument("--kubernetes", help=f"Kubernetes API version for --check (default {val.KUBERNETES_VERSION})")
+    p.add_argument("--refresh", metavar="DIR", help="re-render every manifest in DIR from the command in its header")
+
+
+def split_target(overrides: Sequence[str]) -> tuple[str, list[str]]:
+    targets = [o.split("=", 1)[1] for o in overrides if o.startswith("target=")]
+    rest = [o for o in overrides if not o.startswith("target=")]
+    if len(targets) != 1 or targets[0] not in TARGETS:
+        raise ConfigError(f"choose one target: target={'|'.join(TARGETS)} (got {targets or 'none'})")
+    return targets[0], rest
+
+
+def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[str, Config, Target]:
+    """Compose, check and render; `output_label` is the -o path recorded in the header."""
+    name, rest = split_target(overrides)
+    target = TARGETS[name]
+    chosen = [o.split("=", 1)[1] for o in rest if o.startswith("cluster=")]
+    if chosen and chosen != [target.cluster]:
+        raise ConfigError(
+            f"target={name} runs under cluster={target.cluster}, but the overrides choose cluster={chosen[-1]}; "
+            f"drop it (cluster={target.cluster} is implied)"
+        )
+    cfg = ensure_valid(compose([*rest, f"cluster={target.cluster}"] if not chosen else rest))
+    command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
+    what = {"jobset": "JobSet", "slurm": "Slurm batch script"}.get(name, name)
+    head = document.header(cfg, what, command, moekit.__version__)
+    return target.render(cfg, rest, head), cfg, target
+
+
+def recorded_command(path: Path) -> tuple[list[str], str | None]:
+    """(overrides, -o label) from the '# render: moekit render ...' line of a rendered file."""
+    for line in path.read_text().splitlines()[:6]:
+        if line.startswith("# render: "):
+            words = shlex.split(line.removeprefix("# render: "))[2:]
+            label = words[words.index("-o") + 1] if "-o" in words else None
+            return [w for i, w in enumerate(words) if w != "-o" and (i == 0 or words[i - 1] != "-o")], label
+    raise MoekitError(f"{path} has no '# render: moekit render ...' header line; it was not written by moekit render")
+
+
+def refresh(folder: Path) -> list[Path]:
+    """Re-render every moekit-written manifest in `folder` in place; returns the files written."""
+    written = []
+    for path in sorted(folder.glob("*")):
+        if path.suffix not in (".yaml", ".sh") or path.name == "kustomization.yaml":
+            continue
+        overrides, label = recorded_command(path)
+        text, _, _ = render(overrides, label)
+        path.write_text(text)
+        written.append(path)
+    return written
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.refresh:
+        for path in refresh(Path(args.refresh)):
+            print(f"moekit: rendered {path}", file=sys.stderr)
+        return 0
+    text, cfg, target = render(args.overrides, args.output)
+    if args.check:
+        if target.check is None:
+            raise MoekitError(f"--check has nothing to validate target={target.cluster} against")
+        found = target.check(text, args, cfg)
+        for p in found:
+            print(f"moekit: invalid: {p}", file=sys.stderr)
+        if found:
+            print(f"moekit: {len(found)} problem(s); the cluster would reject this manifest", file=sys.stderr)
+            return 1
+        print("moekit: valid (JobSet CRD, Kubernetes pod schema, JobSet webhook rules)", file=sys.stderr)
+    if args.output:
+        Path(args.output).write_text(text)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,159 @@
+"""Render a composed config as a Kubernetes JobSet (jobset.x-k8s.io/v1alpha2), as plain data (pure).
+
+One replicated job `workers` of cluster.nodes pods (Indexed, backoffLimit 0, restartPolicy Never: a lone
+restarted JAX process cannot rejoin its peers, so the whole group restarts through failurePolicy). Each
+pod runs `moekit train` with the same overrides; rendezvous.from_jobset derives rank and coordinator from
+the environment written here. The coordinator host comes from the annotation the JobSet controller puts
+on every pod (spec.coordinator), so renaming the JobSet (kustomize) keeps it right.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from moekit import rendezvous as rz
+from moekit.config.schema import Config
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+WORKERS = "workers"  # the replicated job's name; pod hostnames are <jobset>-workers-0-<node>.<jobset>
+CONTAINER = "train"
+COORDINATOR_KEY = "jobset.sigs.k8s.io/coordinator"  # label + annotation: <jobset>-workers-0-0.<subdomain>
+COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GPU_RESOURCE = "nvidia.com/gpu"
+DISRUPTION_RULE = "NodeDisruption"
+
+
+def job_name(cfg: Config) -> str:
+    """The JobSet name: cluster.name, else the experiment name made DNS-1035 (dsv3_blog -> dsv3-blog)."""
+    return cfg.cluster.name or cfg.experiment_name.replace("_", "-").lower()
+
+
+def pod_command(cfg: Config, overrides: Sequence[str]) -> list[str]:
+    """What every pod runs: the same experiment and overrides, with cluster=jobset so ranks come from the env."""
+    rest = [o for o in overrides if not o.startswith(("experiment=", "cluster="))]
+    return ["moekit", "train", f"experiment={cfg.experiment_name}", "cluster=jobset", *rest]
+
+
+def _field(path: str) -> dict[str, Any]:
+    return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def pod_env(cfg: Config) -> list[dict[str, Any]]:
+    """Rendezvous first (rendezvous.from_jobset reads these), then secrets by reference, then cluster.env."""
+    c = cfg.cluster
+    env: list[dict[str, Any]] = [
+        {"name": rz.JOBSET_COORDINATOR_HOST, **_field(f"metadata.annotations['{COORDINATOR_KEY}']")},
+        {"name": rz.JOBSET_COORDINATOR_PORT, "value": str(c.coordinator_port)},
+        {"name": rz.JOBSET_NUM_NODES, "value": str(c.nodes)},
+        {"name": rz.JOBSET_NODE_RANK, **_field(f"metadata.annotations['{COMPLETION_INDEX_KEY}']")},
+    ]
+    env += [{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}} for s in c.secrets]
+    env += [{"name": k, "value": v} for k, v in c.env.items()]
+    return env
+
+
+def _container(cfg: Config, overrides: Sequence[str]) -> dict[str, Any]:
+    c, net = cfg.cluster, cfg.network
+    limits: dict[str, Any] = {}
+    if cfg.hardware.platform == "gpu":
+        limits[GPU_RESOURCE] = c.gpus_per_node
+    limits |= dict(net.resources)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": c.image,
+        "command": pod_command(cfg, overrides),
+        "env": pod_env(cfg),
+    }
+    if limits or net.resource_claim_template:
+        container["resources"] = {"limits": limits} if limits else {}
+        if net.resource_claim_template:
+            container["resources"]["claims"] = [{"name": "compute-domain"}]
+    if net.capabilities:
+        container["securityContext"] = {"capabilities": {"add": list(net.capabilities)}}
+    container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    return container
+
+
+def _pod_spec(cfg: Config, overrides: Sequence[str]) -> dict[str, Any]:
+    c, net = cfg.cluster, cfg.network
+    spec: dict[str, Any] = {"restartPolicy": "Never"}
+    if c.service_account:
+        spec["serviceAccountName"] = c.service_account
+    if net.host_network:
+        spec |= {"hostNetwork": True, "dnsPolicy": "ClusterFirstWithHostNet"}
+    if c.node_selector:
+        spec["nodeSelector"] = dict(c.node_selector)
+    if c.tolerations:
+        spec["tolerations"] = [t.model_dump(exclude_none=True) for t in c.tolerations]
+    if net.resource_claim_template:
+        spec["resourceClaims"] = [{"name": "compute-domain", "resourceClaimTemplateName": net.resource_claim_template}]
+    spec["containers"] = [_container(cfg, overrides)]
+    spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{c.shm_gib}Gi"}}]
+    return spec
+
+
+def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The JobSet for this config; `overrides` are the user's Hydra overrides, passed on to every pod."""
+    c, name = cfg.cluster, job_name(cfg)
+    labels = {"app.kubernetes.io/name": "moekit", "moekit/experiment": name}
+    if c.queue:
+        labels[QUEUE_LABEL] = c.queue
+    spec: dict[str, Any] = {}
+    if c.queue:
+        spec["suspend"] = True  # Kueue admits (unsuspends) it when quota is free
+    spec |= {
+        "coordinator": {"replicatedJob": WORKERS, "jobIndex": 0, "podIndex": 0},
+        "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+        "failurePolicy": {
+            "maxRestarts": c.max_restarts,
+            # A Job that failed through its podFailurePolicy (node drained or preempted) restarts the group
+            # without spending maxRestarts; any other failure spends one restart.
+            "rules": [
+                {
+                    "name": DISRUPTION_RULE,
+                    "action": "RestartJobSetAndIgnoreMaxRestarts",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                }
+            ],
+        },
+        "successPolicy": {"operator": "All"},
+        "replicatedJobs": [
+            {
+                "name": WORKERS,
+                "replicas": 1,
+                "template": {
+                    "spec": {
+                        "parallelism": c.nodes,
+                        "completions": c.nodes,
+                        "completionMode": "Indexed",
+                        "backoffLimit": 0,
+                        "podFailurePolicy": {
+                            "rules": [
+                                {
+                                    "action": "FailJob",
+                                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                                }
+                            ]
+                        },
+                        "template": {"metadata": {"labels": dict(labels)}, "spec": _pod_spec(cfg, overrides)},
+                    }
+                },
+            }
+        ],
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": c.namespace, "labels": labels},
+        "spec": spec,
+    }
+
+
+def coordinator_endpoint(manifest: dict[str, Any]) -> str:
+    """What the JobSet controller writes into the coordinator label: <jobset>-<rjob>-<job>-<pod>.<subdomain>."""
+    name = manifest["metadata"]["name"]
+    co = manifest["spec"]["coordinator"]
+    subdomain = manifest["spec"].get("network", {}).get("subdomain") or name
+    return f"{name}-{co['replicatedJob']}-{co.get('jobIndex', 0)}-{co.get('podIndex', 0)}.{subdomain}"

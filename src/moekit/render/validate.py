@@ -1,0 +1,230 @@
+"""Check a rendered JobSet the way a cluster would, offline (pure apart from reading the schema files).
+
+Three layers, each returning readable problems (empty list = valid):
+- the JobSet CRD's openAPIV3Schema, with unknown fields as errors (the API server would prune them
+  silently, which is how a misspelled field vanishes),
+- the Kubernetes pod/job template schemas of a given API version (PyPI kubernetes-validate, strict),
+- the rules the JobSet webhook and the kubelet apply: DNS-1035 names that stay within 63 characters
+  once the controller derives job, pod and coordinator names from them, and $(VAR) references that
+  Kubernetes can expand (defined earlier in `env`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from moekit.errors import MoekitError
+
+DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+JOB_FAILURE_REASONS = (
+    "BackoffLimitExceeded",
+    "DeadlineExceeded",
+    "FailedIndexes",
+    "MaxFailedIndexesExceeded",
+    "PodFailurePolicy",
+)
+KUBERNETES_VERSION = "1.30"
+CRD_HINT = "export it from your cluster: kubectl get crd jobsets.jobset.x-k8s.io -o yaml > jobset-crd.yaml"
+
+
+class ValidationSetupError(MoekitError):
+    """The schema to validate against cannot be read."""
+
+
+# ---- the CRD's structural schema as a strict JSON Schema ----
+
+
+def crd_schema(crd_path: Path, version: str = "v1alpha2") -> dict[str, Any]:
+    """The openAPIV3Schema of one served version of the JobSet CRD, made strict (unknown fields rejected)."""
+    try:
+        docs = [d for d in yaml.safe_load_all(Path(crd_path).read_text()) if d]
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValidationSetupError(f"cannot read the JobSet CRD at {crd_path}: {exc}; {CRD_HINT}") from None
+    for doc in docs:
+        if doc.get("kind") != "CustomResourceDefinition" or doc["spec"].get("group") != "jobset.x-k8s.io":
+            continue
+        for v in doc["spec"]["versions"]:
+            if v["name"] == version:
+                return _strict(v["schema"]["openAPIV3Schema"], root=True)
+    raise ValidationSetupError(f"{crd_path} holds no JobSet CRD serving {version}; {CRD_HINT}")
+
+
+def _strict(node: dict[str, Any], root: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {k: _strict(v) for k, v in value.items()}
+        elif key == "items" and isinstance(value, dict):
+            out[key] = _strict(value)
+        elif key == "additionalProperties" and isinstance(value, dict):
+            out[key] = _strict(value)
+        elif key in ("allOf", "anyOf", "oneOf"):
+            out[key] = [_strict(v) for v in value]
+        elif not key.startswith("x-kubernetes-") and key != "nullable":
+            out[key] = value
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if node.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    preserve = node.get("x-kubernetes-preserve-unknown-fields") or node.get("x-kubernetes-embedded-resource")
+    if "properties" in out and "additionalProperties" not in out and not preserve:
+        out["additionalProperties"] = False
+    if root:
+        # metadata is ObjectMeta, checked by the API server itself (names: see webhook_problems)
+        out["properties"]["metadata"] = {"type": "object"}
+    return out
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "(top level)"
+
+
+def crd_problems(manifest: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"CRD: {_where(e)}: {e.message}" for e in sorted(validator.iter_errors(manifest), key=str)]
+
+
+# ---- the job/pod templates against the Kubernetes API schemas ----
+
+
+def _kubernetes_schema(version: str) -> tuple[dict[str, Any], Any]:
+    import importlib_resources
+    from referencing import Registry, Resource
+
+    root = importlib_resources.files("kubernetes_validate") / "kubernetes-json-schema" / f"v{version}.0-local-strict"
+    try:
+        schema = json.loads((root / "jobtemplatespec-batch-v1.json").read_text())
+        defs = json.loads((root / "_definitions.json").read_text())
+    except FileNotFoundError:
+        raise ValidationSetupError(
+            f"kubernetes-validate has no schemas for Kubernetes {version}; choose another --kubernetes version"
+        ) from None
+    registry = Resource.from_contents(schema) @ Registry()
+    registry = Resource.from_contents(defs) @ registry
+    return schema, registry
+
+
+def template_problems(manifest: dict[str, Any], version: str = KUBERNETES_VERSION) -> list[str]:
+    """Each replicated job's template as a batch/v1 JobTemplateSpec of Kubernetes `version` (strict)."""
+    schema, registry = _kubernetes_schema(version)
+    validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    out = []
+    for i, rjob in enumerate(manifest.get("spec", {}).get("replicatedJobs", [])):
+        for e in sorted(validator.iter_errors(rjob.get("template", {})), key=str):
+            out.append(f"Kubernetes {version}: spec.replicatedJobs.{i}.template.{_where(e)}: {e.message}")
+    return out
+
+
+# ---- the JobSet webhook's rules and $(VAR) references ----
+
+
+def _dns1035(value: str, what: str) -> Iterator[str]:
+    if len(value) > 63:
+        yield f"{what} '{value}' is {len(value)} characters; the limit is 63"
+    if not DNS1035.fullmatch(value):
+        yield f"{what} '{value}' is not a DNS-1035 label (lower-case letters, digits, '-', starting with a letter)"
+
+
+def references(text: str) -> list[str]:
+    """Names in $(NAME) that Kubernetes would try to expand ($$ escapes a dollar)."""
+    names, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            i += 2
+        elif text.startswith("$(", i) and ")" in text[i + 2 :]:
+            end = text.index(")", i + 2)
+            names.append(text[i + 2 : end])
+            i = end + 1
+        else:
+            i += 1
+    return names
+
+
+def webhook_problems(manifest: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    name = manifest.get("metadata", {}).get("name", "")
+    spec = manifest.get("spec", {})
+    out += _dns1035(name, "JobSet name")
+    rjobs = spec.get("replicatedJobs", [])
+    names = [r.get("name", "") for r in rjobs]
+    for r in rjobs:
+        job = r.get("template", {}).get("spec", {})
+        out += _dns1035(r.get("name", ""), "replicated job name")
+        longest_job = f"{name}-{r.get('name')}-{r.get('replicas', 1) - 1}"
+        out += _dns1035(longest_job, "generated Job name")
+        if job.get("completionMode") == "Indexed" and job.get("completions"):
+            pod = f"{longest_job}-{job['completions'] - 1}-abcde"  # the controller adds a 5-character suffix
+            out += _dns1035(pod, "generated pod name")
+        pod_spec = job.get("template", {}).get("spec", {})
+        for c in pod_spec.get("containers", []) + pod_spec.get("initContainers", []):
+            out += _env_problems(c)
+    co = spec.get("coordinator")
+    if co:
+        if co.get("replicatedJob") not in names:
+            out.append(f"coordinator replicatedJob '{co.get('replicatedJob')}' does not exist")
+        subdomain = spec.get("network", {}).get("subdomain") or name
+        endpoint = f"{name}-{co.get('replicatedJob')}-{co.get('jobIndex', 0)}-{co.get('podIndex', 0)}.{subdomain}"
+        if len(endpoint) > 63 or not LABEL_VALUE.fullmatch(endpoint):
+            fits = max(1, (63 - len(endpoint) + 2 * len(name)) // 2)
+            out.append(
+                f"coordinator label value '{endpoint}' ({len(endpoint)} characters) is not a valid label value "
+                f"(<= 63); shorten the JobSet name (cluster.name) to at most {fits} characters"
+            )
+    seen: set[str] = set()
+    for rule in spec.get("failurePolicy", {}).get("rules", []):
+        rname = rule.get("name", "")
+        if not RULE_NAME.fullmatch(rname) or len(rname) > 128:
+            out.append(f"failure policy rule name '{rname}' is invalid")
+        if rname in seen:
+            out.append(f"failure policy rule name '{rname}' is not unique")
+        seen.add(rname)
+        out += [
+            f"failure policy rule '{rname}': unknown job failure reason '{r}'"
+            for r in rule.get("onJobFailureReasons", [])
+            if r not in JOB_FAILURE_REASONS
+        ]
+        out += [
+            f"failure policy rule '{rname}': unknown replicated job '{t}'"
+            for t in rule.get("targetReplicatedJobs", [])
+            if t not in names
+        ]
+    return out
+
+
+def _env_problems(container: dict[str, Any]) -> list[str]:
+    out, defined = [], []
+    where = f"container '{container.get('name')}'"
+    for var in container.get("env", []):
+        for ref in references(str(var.get("value", ""))):
+            if ref not in defined:
+                out.append(f"{where}: env {var['name']} refers to $({ref}), which is not defined earlier in env")
+        if var["name"] in defined:
+            out.append(f"{where}: env {var['name']} is defined twice (the later value silently wins)")
+        defined.append(var["name"])
+    for field in ("command", "args"):
+        for arg in container.get(field, []):
+            out += [
+                f"{where}: {field} refers to $({ref}), which env does not define"
+                for ref in references(str(arg))
+                if ref not in defined
+            ]
+    return out
+
+
+def problems(manifest: dict[str, Any], crd_path: Path, kubernetes: str = KUBERNETES_VERSION) -> list[str]:
+    """Every problem a cluster would report for this JobSet (empty list = it would be admitted)."""
+    return (
+        crd_problems(manifest, crd_schema(crd_path))
+        + template_problems(manifest, kubernetes)
+        + webhook_problems(manifest)
+    )
