@@ -17,6 +17,8 @@ COMMANDS = {
     "train": "train",
     "render": "render",
     "bench": "bench",
+    "report": "report",
+    "verify": "verify",
 }
 
 

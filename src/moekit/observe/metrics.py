@@ -44,3 +44,8 @@ def read(path: Path) -> Metrics:
             ) from None
         by_step[step] = row
     return Metrics([by_step[s] for s in sorted(by_step)], truncated, path)
+
+
+def series(m: Metrics, key: str) -> list[tuple[int, float]]:
+    """(step, value) for every step that recorded `key` (MaxText omits perf keys before rampup_end_step)."""
+    return [(int(r["step"]), float(r[key])) for r in m.rows if key in r]

@@ -1,0 +1,95 @@
+"""PNG plots of one or more runs (matplotlib's Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from moekit.observe import summary
+from moekit.observe.metrics import series
+from moekit.observe.rundata import Run
+
+STEP_TIME_PNG = "step_time.png"
+TFLOPS_PNG = "tflops.png"
+LOSS_PNG = "loss.png"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _caption(runs: Sequence[Run]) -> str:
+    hw = sorted({f"{r.hardware.get('name', '?')} x{r.devices}" for r in runs})
+    dates = sorted({r.date for r in runs})
+    return f"measured: {', '.join(hw)}; {', '.join(dates)}"
+
+
+def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
+    """Write the three plots into `out`; returns their file names."""
+    plt = _pyplot()
+    out.mkdir(parents=True, exist_ok=True)
+    wide = max(6.4, 1.6 * len(runs) + 3)
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, r in zip(names, runs, strict=True):
+        pts = series(r.metrics, summary.STEP_TIME)
+        line = ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o", ms=3, label=name)[0]
+        warm = r.summary["warmup_steps"]
+        if warm:  # hollow markers: steps left out of the median
+            ax.plot([s for s, _ in pts[:warm]], [v for _, v in pts[:warm]], "o", mfc="white", color=line.get_color())
+        ax.axhline(r.summary["step_time_s"]["median"], color=line.get_color(), ls=":", lw=1)
+    ax.set(xlabel="step", ylabel="step time (s)", title="Step time per step (dotted: steady median; hollow: warm-up)")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, _caption(runs), fontsize=7, color="gray")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out / STEP_TIME_PNG, dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(wide, 4.5))
+    meds = [r.summary["tflops_per_device"] or 0.0 for r in runs]
+    spans = []
+    for r in runs:
+        vals = [v for s, v in series(r.metrics, summary.TFLOPS)][r.summary["warmup_steps"] :] or [0.0]
+        spans.append((max(0.0, min(vals)), max(vals)))
+    err = [
+        [m - lo for m, (lo, _) in zip(meds, spans, strict=True)],
+        [hi - m for m, (_, hi) in zip(meds, spans, strict=True)],
+    ]
+    bars = ax.bar(range(len(runs)), meds, yerr=err, capsize=4, color=[f"C{i}" for i in range(len(runs))])
+    ax.bar_label(bars, labels=[f"{m:.4g}" for m in meds], padding=3, fontsize=8)
+    ax.set_xticks(range(len(runs)), names, rotation=15 if len(runs) > 3 else 0, fontsize=8)
+    ax.set(ylabel="TFLOP/s per device (MaxText's count)", title="Throughput: steady-state median (bars: min-max)")
+    ax.grid(axis="y", alpha=0.3)
+    fig.text(0.01, 0.01, _caption(runs), fontsize=7, color="gray")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out / TFLOPS_PNG, dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (name, r) in enumerate(zip(names, runs, strict=True)):
+        pts = series(r.metrics, summary.LOSS)
+        # Curves that coincide (equivalent runs) stay visible: later ones dashed and thinner.
+        ax.plot(
+            [s for s, _ in pts],
+            [v for _, v in pts],
+            ls="-" if i == 0 else "--",
+            lw=2.5 if i == 0 else 1.5,
+            marker="o",
+            ms=3,
+            label=name,
+        )
+    ax.set(xlabel="step", ylabel="training loss", title="Loss curves")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, _caption(runs), fontsize=7, color="gray")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(out / LOSS_PNG, dpi=110)
+    plt.close(fig)
+    return [STEP_TIME_PNG, TFLOPS_PNG, LOSS_PNG]

@@ -1,0 +1,25 @@
+"""Published reference numbers (src/moekit/data/published.yaml), each with its source."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import yaml
+
+REQUIRED = ("id", "source", "model", "hardware", "tflops_per_gpu")
+
+
+def load() -> list[dict[str, Any]]:
+    """The entries of the packaged data file; each one names its source (checked here, so none slips in bare)."""
+    text = resources.files("moekit").joinpath("data/published.yaml").read_text(encoding="utf8")
+    entries = yaml.safe_load(text) or []
+    for e in entries:
+        missing = [k for k in REQUIRED if not e.get(k)]
+        if missing:
+            raise ValueError(f"published.yaml entry {e.get('id', '?')} lacks {missing}")
+    return entries
+
+
+def for_model(entries: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
+    return [e for e in entries if e["model"] == model]

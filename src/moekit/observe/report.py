@@ -1,0 +1,185 @@
+"""The markdown report over one or more runs (pure: loaded runs and reference data in, text out).
+
+Measured numbers (the runs) and reference numbers (published, or an experiment's `expect:` block) sit in
+separate tables; a reference row always names its kind and source. docs/metrics.md defines every column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from moekit.observe.rundata import Run
+
+VERSION_KEYS = ("jax", "maxtext", "transformer-engine", "tokamax")
+
+
+def labels(runs: Sequence[Run]) -> list[str]:
+    """Name each run by the overrides that set it apart from the others (its directory when none do)."""
+    common = set.intersection(*(set(r.overrides) for r in runs)) if len(runs) > 1 else set()
+    out = []
+    for r in runs:
+        own = [o for o in r.overrides if o not in common]
+        out.append(" ".join(own) if own else r.path.name)
+    if len(set(out)) < len(out):  # identical settings: the directory tells them apart
+        out = [f"{label} ({r.path.name})" for label, r in zip(out, runs, strict=True)]
+    return out
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _mfu(r: Run, dtype: str) -> str:
+    v = r.summary["mfu"].get(dtype)
+    peak = (r.hardware.get("peak_tflops") or {}).get(dtype)
+    return "n/a" if v is None else f"{v:.1%} of {peak:g}"
+
+
+def _versions(r: Run) -> str:
+    return ", ".join(f"{k} {r.versions[k]}" for k in VERSION_KEYS if k in r.versions) or "unrecorded"
+
+
+def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
+    header = [
+        "run",
+        "experiment",
+        "hardware",
+        "steps (warm-up)",
+        "step time s (median)",
+        "spread s (min-max, stdev)",
+        "TFLOP/s/device",
+        "tokens/s/device",
+        "MFU bf16",
+        "MFU fp8",
+        "final loss",
+        "versions",
+        "date",
+    ]
+    rows = []
+    for name, r in zip(names, runs, strict=True):
+        s, st = r.summary, r.summary["step_time_s"]
+        rows.append(
+            [
+                name,
+                str(r.config.get("experiment_name", "?")),
+                f"{r.hardware.get('name', '?')} x{r.devices}",
+                f"{s['steps']} ({s['warmup_steps']})",
+                f"{st['median']:.4f}",
+                f"{st['min']:.4f}-{st['max']:.4f}, {st['stdev']:.4f}",
+                _num(s["tflops_per_device"], ".4g"),
+                _num(s["tokens_per_s_per_device"], ".1f"),
+                _mfu(r, "bf16"),
+                _mfu(r, "fp8"),
+                _num(s["final_loss"], ".4f"),
+                _versions(r),
+                r.date,
+            ]
+        )
+    return table(header, rows)
+
+
+def comparison_table(runs: Sequence[Run], names: Sequence[str]) -> str:
+    """The ablation view: every run against the first one."""
+    base = runs[0].summary
+    base_t, base_tf, base_loss = base["step_time_s"]["median"], base["tflops_per_device"], base["final_loss"]
+    header = ["run", "step time s", "speed-up vs first", "TFLOP/s/device", "final loss", "loss - first"]
+    rows = []
+    for name, r in zip(names, runs, strict=True):
+        s = r.summary
+        t, loss = s["step_time_s"]["median"], s["final_loss"]
+        dloss = "n/a" if loss is None or base_loss is None else f"{loss - base_loss:+.2e}"
+        tf = _num(s["tflops_per_device"], ".4g")
+        if s["tflops_per_device"] and base_tf:
+            tf += f" ({s['tflops_per_device'] / base_tf:.2f}x)"
+        rows.append([name, f"{t:.4f}", f"{base_t / t:.2f}x", tf, _num(loss, ".4f"), dloss])
+    return table(header, rows)
+
+
+def reference_rows(runs: Sequence[Run], names: Sequence[str], published: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """One row per (run, reference number) pair that concerns the same model: 'x% of <source>'."""
+    rows = []
+    for name, r in zip(names, runs, strict=True):
+        measured = r.summary["tflops_per_device"]
+        if measured is None:
+            continue
+        where = f"{measured:.4g} ({r.hardware.get('name', '?')} x{r.devices})"
+        model = r.config.get("model", {}).get("name")
+        refs = []
+        for e in published:
+            if e["model"] == model:
+                at = f"{e['hardware']}" + (f" x{e['gpus']}" if e.get("gpus") else "")
+                refs.append(("published", e["tflops_per_gpu"], e["source"], at))
+        expect = r.config.get("expect") or {}
+        if expect.get("tflops_per_gpu"):
+            prov = expect.get("provenance") or {}
+            at = f"x{prov['gpus']}" if prov.get("gpus") else "?"
+            source = f"{prov.get('source', '?')}".strip()
+            refs.append((f"{prov.get('kind', '?')} (experiment expect:)", expect["tflops_per_gpu"], source, at))
+        for kind, value, source, at in refs:
+            rows.append([name, where, f"{value:g}", kind, at, f"{measured / value:.1%} of {source}"])
+    return rows
+
+
+def references_section(runs: Sequence[Run], names: Sequence[str], published: Sequence[dict[str, Any]]) -> str:
+    rows = reference_rows(runs, names, published)
+    if not rows:
+        models = sorted({str(r.config.get("model", {}).get("name")) for r in runs})
+        covered = sorted({e["model"] for e in published})
+        return (
+            f"No reference number concerns these runs' model ({', '.join(models)}); published numbers cover "
+            f"{', '.join(covered) or 'no model'}. Nothing is compared."
+        )
+    header = ["run", "measured TFLOP/s/device (hardware)", "reference TFLOP/s/GPU", "kind", "reference on", "ratio"]
+    note = (
+        "Reference numbers are not ours: each row names its source. Each source counts FLOPs its own way, and "
+        "hardware, scale and model size may differ from the run's (columns 2 and 5)."
+    )
+    return table(header, rows) + "\n\n" + note
+
+
+def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
+    out = [
+        "Step time: median over the steady steps; warm-up steps (the first, then any step over 1.5x the "
+        "median of the steps after it) are left out. TFLOP/s and tokens/s are MaxText's own per-device counts "
+        "(docs/metrics.md says which FLOPs it counts). MFU = TFLOP/s/device / the hardware's dense peak.",
+    ]
+    peaks = {(r.hardware.get("name"), r.hardware.get("peak_source")) for r in runs}
+    out += [f"Peaks of {hw}: {src}" for hw, src in sorted(peaks, key=str)]
+    for name, r in zip(names, runs, strict=True):
+        if r.metrics.truncated_tail:
+            out.append(f"{name}: the last line of {r.metrics.path} was cut off (run killed mid-write); it was skipped.")
+        status = r.manifest.get("status")
+        if status and status != "ok":
+            out.append(f"{name}: the run ended with status '{status}'; its numbers cover the steps it completed.")
+    return out
+
+
+def markdown(runs: Sequence[Run], published: Sequence[dict[str, Any]], plots: Sequence[str], generated: str) -> str:
+    names = labels(runs)
+    parts = [
+        "# moekit report",
+        "",
+        f"{generated}. Measured on the hardware named in each row; run directories:",
+        "",
+        *[f"- {name}: `{r.path}`" for name, r in zip(names, runs, strict=True)],
+        "",
+        "## Runs (measured)",
+        "",
+        runs_table(runs, names),
+        "",
+    ]
+    if len(runs) > 1:
+        parts += [f"## Comparison (speed-up relative to the first run: {names[0]})", "", comparison_table(runs, names)]
+        parts.append("")
+    parts += ["## Against reference numbers", "", references_section(runs, names, published), ""]
+    if plots:
+        parts += ["## Plots", ""] + [f"![{p.rsplit('.', 1)[0]}]({p})" for p in plots] + [""]
+    parts += ["## Notes", ""] + [f"- {n}" for n in notes(runs, names)]
+    return "\n".join(parts) + "\n"
