@@ -58,8 +58,12 @@ def build(cfg: Config, run_dir: str, metrics_file: str) -> Job:
     return Job(maxtext_args(cfg, run_dir, metrics_file), xla_flags(cfg), env_vars(cfg))
 
 
-def processes(cfg: Config, environ: dict[str, str], rendezvous_timeout_s: int = 300) -> list[dict[str, str]]:
-    """Per-process rendezvous env for the processes this host starts, read from the launcher's environment."""
+def processes(cfg: Config, environ: dict[str, str], rendezvous_timeout_s: int | None = None) -> list[dict[str, str]]:
+    """Per-process rendezvous env for the processes this host starts, read from the launcher's environment.
+
+    rendezvous_timeout_s defaults to cluster.rendezvous_timeout_s: how long a process waits for the others.
+    """
+    timeout = rendezvous_timeout_s or cfg.cluster.rendezvous_timeout_s
     c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
     if c.kind == "local":
         if c.nodes != 1:
@@ -76,4 +80,4 @@ def processes(cfg: Config, environ: dict[str, str], rendezvous_timeout_s: int = 
             f"the environment describes {found[0].num_processes} processes but the config {cfg.num_processes} "
             f"(cluster.nodes={c.nodes} x cluster.processes_per_node={c.processes_per_node}); make them agree."
         )
-    return [rz.process_env(r, rendezvous_timeout_s) for r in found]
+    return [rz.process_env(r, timeout) for r in found]
