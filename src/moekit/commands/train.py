@@ -28,9 +28,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", help="Hydra overrides: group=option, a.b=value")
     p.add_argument("--dry-run", action="store_true", help="print config, MaxText command and env; launch nothing")
     p.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
+    p.add_argument("-m", "--multirun", action="store_true", help="sweep (a=1,2; glob(*)): one run each + a report")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.multirun:
+        from moekit.commands import multirun
+
+        return multirun.run_sweep(args.overrides, dry_run=args.dry_run)
     return train(args.overrides, dry_run=args.dry_run, fmt=args.format)
 
 
