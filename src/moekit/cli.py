@@ -17,6 +17,7 @@ COMMANDS = {
     "train": "train",
     "render": "render",
     "bench": "bench",
+    "tune": "tune",
     "report": "report",
     "verify": "verify",
 }

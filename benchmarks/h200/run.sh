@@ -1,0 +1,45 @@
+#!/bin/bash
+# One batch of moekit measurements on an H200 machine that has jax (CUDA) but none of moekit's other
+# dependencies: install the carried wheels, then run the named phases in order, each bounded by `timeout`,
+# writing under $OUT as soon as each finishes (at most 8 files come back: phases tar their run folders).
+#   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
+# Needs: .whl/ (wheels of ../shared/device/h200-wheels.txt + hydra-core 1.3.0 + antlr4 4.9.3) and
+# .whl/stubs/ (the xprof stub tokamax imports), both git-ignored and carried.
+set -u
+export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+T0=$SECONDS
+log() { echo "[$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  >/dev/null 2>&1 || { log "wheel install failed"; exit 1; }
+export PYTHONPATH=/tmp/site:$PWD/.whl/stubs:$PWD/src
+log "wheels installed"
+MOEKIT="python3 -m moekit"
+for phase in "$@"; do
+  name=${phase%%:*}; arg=${phase#*:}; [ "$arg" = "$phase" ] && arg=""
+  log "phase $name $arg"
+  case $name in
+    preflight)
+      { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+        python3 -c "import moekit.versions as v, json; print(json.dumps(v.versions()))"
+        timeout 60 $MOEKIT train experiment=dsv3_proxy_h200 --dry-run; } > "$OUT/preflight.txt" 2>&1
+      log "preflight rc=$?" ;;
+    micro)
+      timeout 150 $MOEKIT bench gmm --backends tokamax,tokamax_triton,te --skews balanced,dirichlet:1.0,dirichlet:0.3 \
+        --out "$OUT/gmm.json" > "$OUT/micro.txt" 2>&1; log "bench gmm rc=$?"
+      timeout 90 $MOEKIT bench dispatch --out "$OUT/dispatch.json" >> "$OUT/micro.txt" 2>&1; log "bench dispatch rc=$?" ;;
+    presets)
+      timeout ${PRESETS_TIMEOUT:-540} python3 benchmarks/run_presets.py --out /tmp/presets --presets "$arg" \
+        --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/presets.txt" 2>&1; log "presets rc=$?"
+      cp /tmp/presets/presets.json "$OUT/" 2>/dev/null
+      tar czf "$OUT/presets_runs.tgz" -C /tmp presets 2>/dev/null ;;
+    tune)
+      # $arg: a file of `moekit tune` arguments, one per line
+      mapfile -t targs < "$arg"
+      timeout ${TUNE_TIMEOUT:-480} $MOEKIT tune "${targs[@]}" --out /tmp/tune > "$OUT/tune.txt" 2>&1; log "tune rc=$?"
+      cp /tmp/tune/tune.json "$OUT/" 2>/dev/null; cp /tmp/tune/*.yaml "$OUT/" 2>/dev/null
+      tar czf "$OUT/tune_runs.tgz" -C /tmp tune 2>/dev/null ;;
+    *) log "unknown phase $name" ;;
+  esac
+done
+log "done"

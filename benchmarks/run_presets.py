@@ -1,0 +1,163 @@
+"""Run `moekit train experiment=<experiment>` for a set of presets, then record the results with provenance.
+
+    python benchmarks/run_presets.py --out DIR [--presets a,b] [--steps N] [--timeout-s S]
+    python benchmarks/run_presets.py --record DIR/presets.json   # table -> docs/performance.md
+
+Each preset is a real `moekit train` in DIR/<preset>/ (config, command, versions, metrics, summary). Peak
+device memory comes from benchmarks/peakmem (the allocator's high-water mark, read at exit). The loss check
+compares each preset's loss trajectory with REFERENCE's at the same tokens per step (moekit.tuning's gate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from moekit import trial, tuning  # noqa: E402
+from moekit.config.checks import ensure_valid  # noqa: E402
+from moekit.config.compose import compose  # noqa: E402
+
+EXPERIMENT = "dsv3_proxy_h200"
+REFERENCE = "dense"  # masked dense compute of every expert: no grouped-GEMM kernel in the way
+# name -> (overrides on top of the experiment, what it shows)
+PRESETS: dict[str, tuple[list[str], str]] = {
+    "maxtext_default": (
+        ["moe=megablox", "moe.force=true", "train.steps=4"],
+        "MaxText's default sparse path (megablox=true): a TPU Pallas kernel, interpreted on GPU",
+    ),
+    "dense": (["moe=dense"], "dropless, every expert on every token, masked (no grouped GEMM)"),
+    "tokamax": ([], "dropless grouped GEMM: tokamax Mosaic GPU kernel"),
+    "tokamax_xla_blog": (["xla=blog"], "tokamax + the blog's XLA flags (command buffers, unroll 8, PGLE)"),
+    "tokamax_batch8": (["train.per_device_batch_size=8"], "tokamax, per-device batch 8 (32,768 tokens/step)"),
+    "tokamax_offload_blog": (["memory=offload_blog"], "tokamax + the blog's remat/offload policy"),
+}
+MARK_BEGIN, MARK_END = "<!-- BEGIN presets (benchmarks/run_presets.py --record) -->", "<!-- END presets -->"
+
+
+def run(out: Path, names: list[str], steps: int, timeout_s: float, experiment: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    plans = {}
+    for name in names:  # every preset must compose and pass moekit's checks before any runs
+        overrides = [f"experiment={experiment}", f"train.steps={steps}", *PRESETS[name][0]]
+        plans[name] = (overrides, ensure_valid(compose(overrides)).to_dict())
+    env = {
+        "MOEKIT_RECORD_PEAK_MEMORY": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO / "benchmarks" / "peakmem"), os.environ.get("PYTHONPATH", "")]),
+    }
+    results = {
+        "experiment": experiment,
+        "reference": REFERENCE,
+        "started": datetime.now(UTC).isoformat(),
+        "presets": {},
+    }
+    path = out / "presets.json"
+    for name, (overrides, cfg) in plans.items():
+        print(f"== {name}: moekit train {' '.join(overrides)}", flush=True)
+        r = trial.run(overrides, out / name, timeout_s, env)
+        r |= {"what": PRESETS[name][1], "batch": list(tuning.batch_key(cfg))}
+        results["presets"][name] = r
+        print(
+            json.dumps(
+                {
+                    k: r.get(k)
+                    for k in ("status", "step_time_s", "tflops_per_device", "peak_memory_gib", "wall_s", "error")
+                }
+            ),
+            flush=True,
+        )
+        path.write_text(json.dumps(results, indent=2) + "\n")  # after every preset: a cut-off run keeps the rest
+    return path
+
+
+def loss_checks(results: dict) -> dict[str, str]:
+    presets = results["presets"]
+    ref = presets.get(results["reference"], {})
+    out = {}
+    for name, r in presets.items():
+        if name == results["reference"]:
+            out[name] = "reference"
+        elif not r.get("losses") or not ref.get("losses"):
+            out[name] = "-"
+        elif r["batch"] != ref.get("batch"):
+            out[name] = "n/a (other tokens/step)"
+        else:
+            ok, diff, bad = tuning.compare_losses(ref["losses"], r["losses"])
+            out[name] = f"ok (max diff {diff:.1e})" if ok else f"**diverges** at step {bad} (max diff {diff:.3f})"
+    return out
+
+
+def table(results: dict) -> str:
+    presets = results["presets"]
+    any_ok = next((r for r in presets.values() if r.get("versions")), {})
+    v = any_ok.get("versions") or {}
+    checks = loss_checks(results)
+    lines = [
+        f"Measured {any_ok.get('date', '?')} on one {v.get('platform', '?')} host with one NVIDIA H200 "
+        f"(hardware=h200), `moekit train experiment={results['experiment']}` + the preset's overrides; "
+        f"versions: python {v.get('python')}, jax {v.get('jax')}, jaxlib {v.get('jaxlib')}, flax {v.get('flax')}, "
+        f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}. s/step, TFLOP/s and "
+        "tokens/s: median after warm-up (moekit's summary); TFLOP/s is MaxText's count; MFU against 989 dense "
+        "BF16 TFLOP/s (H200 datasheet). Peak memory: the allocator's peak_bytes_in_use; estimate: MaxText's "
+        f"compile-time total. Loss check: every step within {tuning.RTOL:g} relative of `{results['reference']}`.",
+        "",
+        "| preset | overrides | status | s/step | TFLOP/s/dev | MFU | tokens/s/dev | peak GiB | estimate GiB "
+        "| loss check | final loss |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    for name, r in presets.items():
+        ov = " ".join(o for o in r["overrides"] if not o.startswith(("experiment=", "train.steps=")))
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('error', '')[:80]}"
+        loss = r.get("losses") or [None]
+        lines.append(
+            f"| {name} | `{ov or '-'}` | {status} | {f(r.get('step_time_s'), '.3f')} "
+            f"| {f(r.get('tflops_per_device'), '.1f')} | {f(r.get('mfu_bf16'), '.1%')} "
+            f"| {f(r.get('tokens_per_s_per_device'), '.0f')} | {f(r.get('peak_memory_gib'), '.1f')} "
+            f"| {f(r.get('compiled_estimate_gib'), '.1f')} | {checks[name]} | {f(loss[-1], '.4f')} |"
+        )
+    return "\n".join(lines)
+
+
+def record(results_path: Path, doc: Path) -> None:
+    results = json.loads(results_path.read_text())
+    text = doc.read_text()
+    begin, end = text.find(MARK_BEGIN), text.find(MARK_END)
+    if begin < 0 or end < 0:
+        raise SystemExit(f"{doc} has no {MARK_BEGIN} ... {MARK_END} section to fill")
+    doc.write_text(text[: begin + len(MARK_BEGIN)] + "\n" + table(results) + "\n" + text[end:])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, help="folder for the run directories and presets.json")
+    p.add_argument("--presets", default=",".join(PRESETS), help=f"comma list of: {', '.join(PRESETS)}")
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--timeout-s", type=float, default=180, help="per preset")
+    p.add_argument("--experiment", default=EXPERIMENT)
+    p.add_argument("--record", type=Path, help="presets.json to render into --doc")
+    p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
+    a = p.parse_args()
+    if a.record:
+        record(a.record, a.doc)
+        return 0
+    names = [n for n in a.presets.split(",") if n]
+    unknown = [n for n in names if n not in PRESETS]
+    if unknown or not a.out:
+        p.error(f"unknown presets {unknown}" if unknown else "--out is required to run")
+    path = run(a.out, names, a.steps, a.timeout_s, a.experiment)
+    print(table(json.loads(path.read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""`moekit tune`: a sweep of real `moekit train` runs; the fastest correct one becomes a named preset.
+
+    moekit tune experiment=dsv3_proxy_h200 --axis train.per_device_batch_size=6,8 --candidate "xla=blog" \
+        --name dsv3_proxy_h200_tuned --out sweeps/h200 [--write-preset]
+
+Candidates are the Cartesian product of the --axis options plus each --candidate, every one on top of the
+positional overrides (the base, which always runs too). A run that goes out of memory, fails or times out
+is discarded; so is one whose loss trajectory leaves the reference's (the base plus --reference, trained
+on the same tokens per step) by more than moekit.tuning.RTOL. The fastest remaining one by tokens/s per
+device is written as conf/experiment/<name>.yaml with its measured numbers and their provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from moekit import trial, tuning
+from moekit.config.checks import ensure_valid
+from moekit.config.compose import GROUPS, compose, config_dir
+from moekit.errors import ConfigError, MoekitError
+
+HELP = "sweep configurations through moekit train, discard OOM/diverging ones, write the fastest as a preset"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("overrides", nargs="*", help="the base: experiment=... and other Hydra overrides")
+    p.add_argument("--axis", action="append", default=[], metavar="KEY=V1,V2", help="sweep axis (repeatable)")
+    p.add_argument("--candidate", action="append", default=[], metavar="'K=V K=V'", help="one extra candidate")
+    p.add_argument(
+        "--reference",
+        default="",
+        metavar="'K=V ...'",
+        help="overrides that make the loss reference "
+        "from the base (default: the base itself, e.g. 'moe=dense' for the masked dense path)",
+    )
+    p.add_argument("--name", help="preset name to write (default: <experiment>_tuned)")
+    p.add_argument("--out", type=Path, default=Path("outputs/tune"), help="folder for the runs and tune.json")
+    p.add_argument("--timeout-s", type=float, default=600, help="per run (compilation included)")
+    p.add_argument("--write-preset", action="store_true", help="also write conf/experiment/<name>.yaml")
+
+
+def _plan(args: argparse.Namespace) -> tuple[list[list[str]], dict[tuple, list[str]]]:
+    try:
+        extra = tuning.expand(args.axis) + [tuning.parse_candidate(c) for c in args.candidate]
+        reference = tuning.parse_candidate(args.reference) if args.reference else []
+    except ValueError as exc:
+        raise MoekitError(f"{exc}\n  fix: --axis KEY=V1,V2 and --candidate 'KEY=VALUE KEY=VALUE'") from None
+    candidates, seen = [], set()
+    for c in [[], *extra]:
+        key = tuple(args.overrides + c)
+        if key not in seen:
+            seen.add(key)
+            candidates.append(args.overrides + c)
+    references: dict[tuple, list[str]] = {}
+    bad = []
+    for ov in candidates:  # compose and check everything before the first run
+        try:
+            batch = tuning.batch_key(ensure_valid(compose(ov)).to_dict())
+        except ConfigError as exc:
+            bad.append(f"  {tuning.label(ov)}:\n    {str(exc).replace(chr(10), chr(10) + '    ')}")
+            continue
+        ref = [*args.overrides, *reference, f"train.per_device_batch_size={batch[0]:g}", f"train.seq_len={batch[1]}"]
+        references.setdefault(batch, ref)
+    for ref in references.values():
+        try:
+            ensure_valid(compose(ref))
+        except ConfigError as exc:
+            bad.append(f"  reference {tuning.label(ref)}:\n    {exc}")
+    if bad:
+        raise ConfigError("these sweep configurations are invalid; nothing was launched:\n" + "\n".join(bad))
+    return candidates, references
+
+
+def _same_config(a: list[str], b: list[str]) -> bool:
+    return compose(a).to_dict() == compose(b).to_dict()
+
+
+def run(args: argparse.Namespace) -> int:
+    candidates, references = _plan(args)
+    experiment = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("experiment=")), None)
+    name = args.name or f"{experiment or 'default'}_tuned"
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    record = {
+        "base": args.overrides,
+        "name": name,
+        "started": datetime.now(UTC).isoformat(),
+        "rtol": tuning.RTOL,
+        "atol": tuning.ATOL,
+        "runs": runs,
+    }
+
+    def save() -> None:
+        (out / "tune.json").write_text(json.dumps(record, indent=2) + "\n")
+
+    # References first, so every candidate can be judged as soon as it finishes.
+    ref_results: dict[tuple, dict[str, Any]] = {}
+    for i, (batch, ref) in enumerate(references.items()):
+        print(f"moekit tune: reference {i + 1}/{len(references)}: {tuning.label(ref)}", flush=True)
+        r = trial.run(ref, out / f"ref{i}", args.timeout_s) | {"role": "reference", "batch": list(batch)}
+        r["accepted"] = r["status"] == "ok"
+        ref_results[batch] = r
+        runs.append(r)
+        save()
+    for i, ov in enumerate(candidates):
+        batch = tuning.batch_key(compose(ov).to_dict())
+        ref = ref_results[batch]
+        if _same_config(ov, ref["overrides"]):
+            r = dict(ref) | {"role": "candidate (same as reference)", "overrides": ov}
+        else:
+            print(f"moekit tune: candidate {i + 1}/{len(candidates)}: {tuning.label(ov)}", flush=True)
+            r = trial.run(ov, out / f"c{i}", args.timeout_s) | {"role": "candidate", "batch": list(batch)}
+            r["accepted"] = False
+            if r["status"] == "ok":
+                if ref["status"] != "ok":
+                    r["check"] = f"unchecked: the reference at this batch ended {ref['status']}"
+                else:
+                    ok, diff, bad = tuning.compare_losses(ref.get("losses", []), r.get("losses", []))
+                    r["check"] = f"loss max diff {diff:.2e}" + ("" if ok else f", beyond tolerance at step {bad}")
+                    r["accepted"] = ok
+        runs.append(r)
+        save()
+    print(format_table(runs))
+    best = tuning.fastest(r for r in runs if r["role"].startswith("candidate"))
+    if best is None:
+        print("moekit tune: no candidate finished within tolerance; no preset written")
+        return 1
+    record["winner"] = best["overrides"]
+    save()
+    text = preset_yaml(name, best)
+    (out / f"{name}.yaml").write_text(text)
+    print(
+        f"moekit tune: fastest: {tuning.label(best['overrides'])} "
+        f"({best['tokens_per_s_per_device']:.0f} tokens/s/device); preset in {out / (name + '.yaml')}"
+    )
+    if args.write_preset:
+        target = config_dir() / "experiment" / f"{name}.yaml"
+        target.write_text(text)
+        print(f"moekit tune: wrote {target}; run it with: moekit train experiment={name}")
+    return 0
+
+
+def format_table(runs: list[dict[str, Any]]) -> str:
+    lines = [
+        "| role | overrides | status | s/step | TFLOP/s/dev | tokens/s/dev | peak GiB | check | accepted |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def f(x: Any, fmt: str) -> str:
+        return "-" if x is None else format(x, fmt)
+
+    for r in runs:
+        lines.append(
+            f"| {r['role']} | `{tuning.label(r['overrides'])}` | {r['status']} | {f(r.get('step_time_s'), '.3f')} "
+            f"| {f(r.get('tflops_per_device'), '.1f')} | {f(r.get('tokens_per_s_per_device'), '.0f')} "
+            f"| {f(r.get('peak_memory_gib'), '.1f')} | {r.get('check', '-')} | {'yes' if r.get('accepted') else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def preset_yaml(name: str, best: dict[str, Any]) -> str:
+    """The winner as an experiment file: the base experiment's file with the winning overrides applied."""
+    overrides = best["overrides"]
+    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
+    body: dict[str, Any] = {}
+    defaults: list[Any] = []
+    if experiment:
+        base = yaml.safe_load((config_dir() / "experiment" / f"{experiment}.yaml").read_text()) or {}
+        defaults = list(base.pop("defaults", []))
+        body = base
+    for o in overrides:
+        key, _, value = o.lstrip("+").partition("=")
+        if key in GROUPS and key != "experiment":
+            entry = f"override /{key}"
+            defaults = [d for d in defaults if not (isinstance(d, dict) and entry in d)] + [{entry: value}]
+        elif key != "experiment":
+            tuning.set_dotted(body, key, yaml.safe_load(value))
+    v = best.get("versions") or {}
+    body["experiment_name"] = name
+    body["expect"] = {
+        "tflops_per_gpu": round(best["tflops_per_device"], 1),
+        "step_time_s": round(best["step_time_s"], 3),
+        "provenance": {
+            "kind": "measured",
+            "source": f"moekit tune on {v.get('host', '?')} ({v.get('platform', '?')}); jax {v.get('jax')}, "
+            f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}; "
+            f"run {best['run_dir']}",
+            "gpus": 1,
+            "date": best.get("date"),
+        },
+    }
+    changes = tuning.label([o for o in overrides if not o.startswith("experiment=")])
+    header = (
+        "# @package _global_\n"
+        f"# The fastest configuration `moekit tune` found from experiment={experiment} ({changes}). "
+        f"Run: moekit train experiment={name}\n"
+    )
+    return header + yaml.safe_dump({"defaults": defaults, **body}, sort_keys=False, width=110)

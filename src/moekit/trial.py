@@ -1,0 +1,116 @@
+"""Run one `moekit train` as a child process with a time limit and read back what it measured (effects).
+
+Used by `moekit tune` and the benchmark runner: each trial is a real `moekit train` in its own run
+directory, so every number stays traceable to a run directory with its config, command and versions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from moekit import tuning
+
+# MaxText's compile-time memory estimate line (max_utils.print_compiled_memory_stats).
+_ESTIMATE = re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB")
+
+
+def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Train once; returns status (ok|oom|timeout|failed), the summary numbers, peak memory and losses."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "moekit", "train", *overrides, f"run.dir={run_dir}"]
+    start = time.monotonic()
+    timed_out = False
+    with open(run_dir / "moekit.out", "w") as out:
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ | (env or {}), start_new_session=True
+        )
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            proc.send_signal(signal.SIGINT)  # moekit train stops its MaxText processes on an interrupt
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        _reap(run_dir)
+    wall = time.monotonic() - start
+    log = _tail(run_dir / "maxtext.log") + _tail(run_dir / "moekit.out")
+    result: dict[str, Any] = {
+        "overrides": overrides,
+        "run_dir": str(run_dir),
+        "status": tuning.classify(proc.returncode, log, timed_out),
+        "returncode": proc.returncode,
+        "wall_s": round(wall, 1),
+    }
+    summary = _json(run_dir / "summary.json")
+    if not summary.get("steps") and (run_dir / "metrics.jsonl").is_file():
+        summary = _summarize_partial(run_dir)  # stopped before moekit summarized: use the steps it logged
+    if summary.get("steps"):
+        result |= {
+            "steps": summary["steps"],
+            "step_time_s": summary["step_time_s"]["median"],
+            "tflops_per_device": summary.get("tflops_per_device"),
+            "tokens_per_s_per_device": summary.get("tokens_per_s_per_device"),
+            "mfu_bf16": (summary.get("mfu") or {}).get("bf16"),
+            "losses": summary.get("losses", []),
+            "versions": (summary.get("provenance") or {}).get("versions"),
+            "date": (summary.get("provenance") or {}).get("date"),
+        }
+    peak = _json(run_dir / "peak_memory.json")
+    if peak.get("peak_bytes_in_use"):
+        result["peak_memory_gib"] = round(peak["peak_bytes_in_use"] / 2**30, 2)
+        result["memory_limit_gib"] = round(peak.get("bytes_limit", 0) / 2**30, 2)
+    found = _ESTIMATE.findall(_tail(run_dir / "maxtext.log", 2_000_000))
+    if found:
+        result["compiled_estimate_gib"] = round(float(found[-1]) * 1.0, 2)  # MaxText's "GB" are GiB (2**30)
+    if result["status"] != "ok":
+        result["error"] = next((ln.strip()[:300] for ln in reversed(log.splitlines()) if ln.strip()), "")
+    return result
+
+
+def _summarize_partial(run_dir: Path) -> dict[str, Any]:
+    from moekit.observe import metrics, summary
+
+    try:
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+        return summary.summarize(metrics.read(run_dir / "metrics.jsonl"), cfg["hardware"]["peak_tflops"])
+    except (OSError, ValueError, KeyError, TypeError, metrics.MetricsError):
+        return {}
+
+
+def _reap(run_dir: Path) -> None:
+    """Kill what this trial started and left behind (a MaxText worker runs in its own session)."""
+    mark = f"base_output_directory={run_dir}".encode()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if mark in (proc / "cmdline").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+def _tail(path: Path, size: int = 20_000) -> str:
+    if not path.is_file():
+        return ""
+    with open(path, "rb") as fh:
+        fh.seek(max(0, path.stat().st_size - size))
+        return fh.read().decode("utf8", errors="replace")
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
