@@ -47,3 +47,11 @@ def shared_file(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"needs ../shared/{relative}, which exists only beside the development checkout")
     return path
+
+
+@pytest.fixture(scope="session")
+def smoke_sweep(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One real 2-run sweep (moe=ragged_dot,dense; 4 steps), shared by the multirun and report tests."""
+    folder = tmp_path_factory.mktemp("sweep") / "smoke"
+    proc = moekit("train", "-m", "experiment=smoke", "train.steps=4", "moe=ragged_dot,dense", f"run.dir={folder}")
+    return folder, proc
