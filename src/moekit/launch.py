@@ -32,18 +32,28 @@ class Outcome:
     wall_s: float
 
 
-def _pump(stream, log: Path, on_line: Callable[[str], None] | None) -> None:
+def _pump(stream, log: Path, on_line: Callable[[str], None] | None, scrub: Callable[[str], str] | None) -> None:
     with open(log, "a", encoding="utf8", errors="replace") as fh:
         for raw in stream:
             line = raw.decode("utf8", errors="replace") if isinstance(raw, bytes) else raw
+            if scrub is not None:
+                line = scrub(line)
             fh.write(line)
             fh.flush()
             if on_line is not None:
                 on_line(line.rstrip("\n"))
 
 
-def run(specs: Sequence[ProcessSpec], on_line: Callable[[str], None] | None = None, grace_s: float = 10.0) -> Outcome:
-    """Run every process to completion; stop the group as soon as one fails."""
+def run(
+    specs: Sequence[ProcessSpec],
+    on_line: Callable[[str], None] | None = None,
+    grace_s: float = 10.0,
+    scrub: Callable[[str], str] | None = None,
+) -> Outcome:
+    """Run every process to completion; stop the group as soon as one fails.
+
+    `scrub` rewrites each output line before it reaches a log or `on_line` (secrets never land on disk).
+    """
     start = time.monotonic()
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
@@ -59,7 +69,7 @@ def run(specs: Sequence[ProcessSpec], on_line: Callable[[str], None] | None = No
             )
             procs.append(proc)
             t = threading.Thread(
-                target=_pump, args=(proc.stdout, spec.log, on_line if rank == 0 else None), daemon=True
+                target=_pump, args=(proc.stdout, spec.log, on_line if rank == 0 else None, scrub), daemon=True
             )
             t.start()
             pumps.append(t)

@@ -1,0 +1,135 @@
+"""Classify a failed training process from its exit code and the tail of its log (pure).
+
+The class names a section of docs/troubleshooting.md, which lists its usual causes and fixes. Log
+evidence wins over the exit code: a rendezvous that times out ends in SIGABRT, and an out-of-memory
+kill may leave a message before the signal.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+
+DOC = "docs/troubleshooting.md"
+
+
+@dataclass(frozen=True, slots=True)
+class FailureClass:
+    name: str
+    title: str
+    patterns: tuple[str, ...]
+    """Regular expressions searched in the log tail (first class with a match wins)."""
+
+
+# Order matters: the most specific evidence first.
+CLASSES = (
+    FailureClass(
+        "out_of_memory",
+        "out of memory",
+        (
+            r"RESOURCE_EXHAUSTED",
+            r"[Oo]ut of memory",
+            r"CUDA_ERROR_OUT_OF_MEMORY",
+            r"\bOOM\b",
+            r"\bMemoryError\b",
+        ),
+    ),
+    FailureClass(
+        "nccl_error",
+        "NCCL error",
+        (
+            r"nccl(Unhandled\w*|System|Internal|InvalidUsage|InvalidArgument|Remote)Error",
+            r"NCCL (WARN|error|failure)",
+            r"NCCL operation .* failed",
+        ),
+    ),
+    FailureClass(
+        "rendezvous_timeout",
+        "rendezvous timeout",
+        (
+            r"DEADLINE_EXCEEDED",
+            r"CoordinationService/RegisterTask",
+            r"[Ff]ailed to connect to (the )?coordination service",
+            r"moekit: rendezvous failed",
+        ),
+    ),
+    FailureClass(
+        "configuration_error",
+        "configuration error",
+        (
+            r"validation errors? for \w*Config",
+            r'File ".*/maxtext/configs/',
+            r"Requested training up to step",
+            r"moekit: configuration error",
+        ),
+    ),
+)
+KILLED = FailureClass("killed", "killed by a signal", ())
+OTHER = FailureClass("error", "error in the training program", ())
+ALL = (*CLASSES, KILLED, OTHER)
+
+# Written by moekit.worker around jax.distributed.initialize.
+JOINING = "moekit: joining rendezvous"
+JOINED = "moekit: rendezvous complete"
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    name: str
+    title: str
+    returncode: int
+    evidence: str
+    """The log line (or exit status) the class was read from."""
+
+    @property
+    def doc(self) -> str:
+        return f"{DOC}#{anchor(self.title)}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "class": self.name,
+            "title": self.title,
+            "returncode": self.returncode,
+            "evidence": self.evidence,
+            "help": self.doc,
+        }
+
+
+def anchor(heading: str) -> str:
+    """The anchor GitHub gives a markdown heading: lower case, spaces as '-', punctuation dropped."""
+    return re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-")
+
+
+def signal_of(returncode: int) -> int | None:
+    """The signal that ended a process: -N from Popen, or 128+N from a shell or container runtime."""
+    if returncode < 0:
+        return -returncode
+    if 128 < returncode < 160:
+        return returncode - 128
+    return None
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def classify(returncode: int, log_tail: str) -> Failure:
+    """The class of one failed process (returncode != 0) from the last lines of its output."""
+    lines = log_tail.splitlines()
+    for cls in CLASSES:
+        for pattern in cls.patterns:
+            rx = re.compile(pattern)
+            for line in reversed(lines):
+                if rx.search(line):
+                    return Failure(cls.name, cls.title, returncode, line.strip()[:300])
+    if JOINING in log_tail and JOINED not in log_tail:
+        return Failure("rendezvous_timeout", "rendezvous timeout", returncode, "the process never joined the job")
+    sig = signal_of(returncode)
+    if sig is not None and sig != signal.SIGABRT:
+        return Failure(KILLED.name, KILLED.title, returncode, f"terminated by {_signal_name(sig)}")
+    last = next((ln.strip() for ln in reversed(lines) if ln.strip()), f"exit status {returncode}")
+    return Failure(OTHER.name, OTHER.title, returncode, last[:300])

@@ -1,0 +1,111 @@
+"""Keep secrets out of what moekit prints and writes (pure).
+
+A name is secret when one of its words looks like a credential (HF_TOKEN, WANDB_API_KEY,
+hf_access_token, DB_PASSWORD, ...) or the config lists it in run.secrets. Values of secret names are
+replaced by REDACTED in structures, and every such value is also scrubbed from free text (logs,
+commands), wherever it appears.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+REDACTED = "<redacted>"
+
+# Words of a variable or key name (split at _, -, . and case changes) that mark it secret anywhere ...
+SECRET_WORDS = frozenset({"SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY", "CREDENTIAL", "CREDENTIALS"})
+# ... and words that do so only at the end: HF_TOKEN and WANDB_API_KEY, but not key_proj or experts_per_token=2
+# (numbers and booleans are never treated as secrets either).
+SECRET_LAST_WORDS = ("TOKEN", "KEY", "COOKIE", "AUTHORIZATION")
+# Values shorter than this are not scrubbed from free text: "1" or "true" would mangle every log line.
+MIN_SCRUB_LEN = 6
+
+
+def _words(name: str) -> list[str]:
+    return [w.upper() for w in re.split(r"[^A-Za-z0-9]+|(?<=[a-z])(?=[A-Z])", name) if w]
+
+
+def is_secret_name(name: str, extra: Iterable[str] = ()) -> bool:
+    """True for a credential-looking name, or one listed in `extra` (run.secrets; case-insensitive)."""
+    if name.upper() in {e.upper() for e in extra}:
+        return True
+    words = _words(name)
+    if not words:
+        return False
+    glued = words[-1].endswith(("TOKEN", "APIKEY")) or any(p in name.upper() for p in ("PASSWORD", "SECRET"))
+    return glued or words[-1] in SECRET_LAST_WORDS or any(w in SECRET_WORDS for w in words)
+
+
+def _secret_value(value: Any) -> bool:
+    """Only text can be a credential (experts_per_token=2 is not)."""
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        return isinstance(yaml.safe_load(value), str)
+    except yaml.YAMLError:
+        return True
+
+
+def secret_values(
+    env: Mapping[str, str], config: Mapping[str, Any] | None = None, extra: Iterable[str] = ()
+) -> set[str]:
+    """Values of secret names in an environment and anywhere in a (nested) config mapping."""
+    extra = list(extra)
+    found = {v for k, v in env.items() if v and is_secret_name(k, extra)}
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                if is_secret_name(str(k), extra) and _secret_value(v):
+                    found.add(v)
+                else:
+                    walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(config or {})
+    return found
+
+
+def redact_tree(node: Any, extra: Iterable[str] = ()) -> Any:
+    """A copy of a nested mapping/list with the values of secret keys replaced."""
+    extra = list(extra)
+    if isinstance(node, Mapping):
+        return {
+            k: (REDACTED if is_secret_name(str(k), extra) and _secret_value(v) else redact_tree(v, extra))
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [redact_tree(v, extra) for v in node]
+    return node
+
+
+def redact_assignments(items: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
+    """`a.b.NAME=value` strings (overrides, MaxText arguments, env) with secret values replaced."""
+    extra = list(extra)
+    out = []
+    for item in items:
+        key, eq, value = item.partition("=")
+        name = key.lstrip("+~").rsplit(".", 1)[-1]
+        secret = eq and is_secret_name(name, extra) and _secret_value(value.strip("'\""))
+        out.append(f"{key}={REDACTED}" if secret else item)
+    return out
+
+
+class Scrubber:
+    """Replace known secret values in free text (a log line, a printed command)."""
+
+    def __init__(self, values: Iterable[str]):
+        keep = sorted({v for v in values if len(v) >= MIN_SCRUB_LEN}, key=len, reverse=True)
+        self._rx = re.compile("|".join(re.escape(v) for v in keep)) if keep else None
+
+    def __call__(self, text: str) -> str:
+        return self._rx.sub(REDACTED, text) if self._rx else text
+
+    def __bool__(self) -> bool:
+        return self._rx is not None
