@@ -1,0 +1,112 @@
+"""`moekit plan`'s model: memory, FLOPs, communication and step time per device (pure).
+
+`build` takes the typed config plus the facts read at the edge (MaxText's base.yml and model file, the
+link table, the calibration) and returns plain data; commands/plan.py reads the files and prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from moekit.config.schema import Config
+from moekit.plan import memory, network
+from moekit.plan.mesh import Mesh
+from moekit.plan.model import Dims, maxtext_values
+from moekit.translate.env import env
+from moekit.translate.maxtext_args import maxtext_args
+
+GIB = memory.GIB
+
+
+def resolved_values(cfg: Config, base: Mapping[str, Any], model_file: Mapping[str, Any]) -> dict[str, Any]:
+    """MaxText's keys for this config: base.yml < model file < the translated arguments."""
+    args = {a.key: a.value for a in maxtext_args(cfg, "<run.dir>", "<run.dir>/metrics.jsonl")}
+    return maxtext_values(base, model_file, args)
+
+
+def compute_rate(cfg: Config, override: float | None) -> tuple[float | None, str]:
+    """TFLOP/s per device while computing: given, else the datasheet peak of the GEMM precision."""
+    if override:
+        return override, "given with --compute-tflops"
+    fp8 = cfg.precision.name in ("fp8", "mxfp8")
+    peak = cfg.hardware.peak_tflops.fp8 if fp8 else cfg.hardware.peak_tflops.bf16
+    if peak is None:
+        return None, "no peak for this hardware"
+    return peak, f"datasheet {'FP8' if fp8 else 'BF16'} dense peak ({cfg.hardware.peak_source}): a lower bound on time"
+
+
+def build(
+    cfg: Config,
+    base: Mapping[str, Any],
+    model_file: Mapping[str, Any],
+    links_table: Mapping[str, Any],
+    calibration: Mapping[str, Any],
+    compute_tflops: float | None = None,
+    scale: Sequence[int] = (),
+) -> dict[str, Any]:
+    values = resolved_values(cfg, base, model_file)
+    dims = Dims.from_values(values)
+    mesh = Mesh.from_config(cfg)
+    hw_links = links_table["hardware"].get(cfg.hardware.name, {})
+    factor = float(calibration.get("device_factor", 1.0))
+    mem = memory.estimate(dims, values, mesh, cfg.hardware.hbm_gib, env(cfg), hw_links.get("host_gib_per_gpu"), factor)
+    flows = network.traffic(dims, values, mesh)
+    out: dict[str, Any] = {
+        "experiment": cfg.experiment_name,
+        "hardware": cfg.hardware.name,
+        "mesh": {"ici": mesh.ici, "dcn": mesh.dcn, "devices": mesh.devices, "text": mesh.describe()},
+        "model": {
+            "name": cfg.model.name,
+            "total_params": dims.total_params(),
+            "active_params": dims.active_params(),
+            "expert_params": dims.expert_params(),
+            "tokens_per_device": dims.tokens,
+            "layers": dims.layers,
+            "moe_layers": dims.moe_layers,
+        },
+        "memory": {
+            "items": [{"name": i.name, "gib": i.bytes / GIB, "place": i.place, "how": i.how} for i in mem.items],
+            "device_gib": mem.total("device") / GIB,
+            "host_gib": mem.total("host") / GIB,
+            "device_limit_gib": mem.device_limit / GIB if mem.device_limit else None,
+            "host_limit_gib": mem.host_limit / GIB if mem.host_limit else None,
+            "fits": not mem.warnings,
+            "warnings": mem.warnings,
+            "notes": mem.notes,
+            "calibration": {"device_factor": factor, "status": calibration.get("status", "uncalibrated")},
+        },
+        "flops": {"train_tflop_per_device_step": dims.train_flops() / 1e12},
+        "communication": [
+            {
+                "name": f.name,
+                "ici_gb": f.ici_bytes / 1e9,
+                "dcn_gb": f.dcn_bytes / 1e9,
+                "exposed": f.exposed,
+                "how": f.how,
+            }
+            for f in flows
+        ],
+        "provenance": "analytic estimate (moekit plan); link rates and host sizes: src/moekit/data/links.yaml",
+    }
+    links = network.Links.from_table(links_table, cfg.hardware.name)
+    rate, rate_source = compute_rate(cfg, compute_tflops)
+    if links is not None and rate:
+        model = network.step_model(dims, values, mesh, links, rate)
+        out["step"] = _step(model) | {"compute_tflops": rate, "compute_source": rate_source}
+        if scale:
+            out["scaling"] = [
+                {"gpus": m.mesh.devices, "mesh": m.mesh.describe(), **_step(m), "efficiency": eff}
+                for m, eff in network.scaling(dims, values, mesh, links, rate, list(scale))
+            ]
+    return out
+
+
+def _step(m: network.StepModel) -> dict[str, float]:
+    return {
+        "compute_s": m.compute_s,
+        "exposed_comm_s": m.exposed_s,
+        "overlapped_comm_s": m.hidden_s,
+        "step_s": m.step_s,
+        "tflops_per_device": m.tflops_per_device,
+    }
