@@ -20,6 +20,7 @@ COMMANDS = {
     "tune": "tune",
     "report": "report",
     "verify": "verify",
+    "plan": "plan",
 }
 
 
