@@ -115,7 +115,16 @@ def batch_divides(cfg: Config) -> Iterator[Problem]:
 
 @check
 def dropless(cfg: Config) -> Iterator[Problem]:
-    drops = cfg.moe.backend == "capacity" or cfg.moe.capacity_factor > 0
+    # The TE MoE block never reads capacity_factor; its receive buffer is checked by te_moe_requirements.
+    drops = cfg.moe.backend == "capacity" or (cfg.moe.capacity_factor > 0 and cfg.moe.backend != "te")
+    if cfg.moe.backend != "te" and cfg.moe.ragged_buffer_factor > 0 and not cfg.moe.allow_token_dropping:
+        yield Problem(
+            "moe.ragged_buffer_factor",
+            f"ragged_buffer_factor={cfg.moe.ragged_buffer_factor} caps each expert-parallel rank's receive buffer; "
+            f"with moe={cfg.moe.backend} MaxText silently drops the tokens that do not fit",
+            "leave moe.ragged_buffer_factor=-1 (worst-case buffer), use moe=te (which skips an overflowing step "
+            "loudly), or set moe.allow_token_dropping=true for a deliberate baseline",
+        )
     if drops and not cfg.moe.allow_token_dropping:
         yield Problem(
             "moe.capacity_factor",
@@ -151,6 +160,98 @@ def precision_supported(cfg: Config) -> Iterator[Problem]:
             "precision",
             f"precision=fp8 needs FP8 tensor cores; hardware={cfg.hardware.name} has none",
             "use precision=bf16",
+        )
+
+
+def expert_parallel_size(cfg: Config) -> int:
+    return cfg.ici_filled["expert"] * cfg.parallelism.dcn.expert
+
+
+def uses_ring_of_experts(cfg: Config) -> bool:
+    """moe.dispatch=ring, or the raw MaxText key (maxtext.extra wins over the translated value)."""
+    return bool(cfg.maxtext.extra.get("use_ring_of_experts", cfg.moe.dispatch == "ring"))
+
+
+@check
+def te_moe_requirements(cfg: Config) -> Iterator[Problem]:
+    if cfg.moe.backend != "te":
+        return
+    hw, c = cfg.hardware, cfg.cluster
+    if hw.platform != "gpu" or (hw.sm or 0) < 90:
+        yield Problem(
+            "moe",
+            f"moe=te (TransformerEngine MoE block with NCCL EP) needs an NVIDIA GPU with SM >= 90 and the NGC image; "
+            f"hardware={hw.name} is not one",
+            "use moe=tokamax (GPU) or moe=ragged_dot (anywhere), or choose hardware=h100|h200|b200|gb200|gb300",
+        )
+    elif c.processes_per_node != c.gpus_per_node:
+        yield Problem(
+            "cluster.processes_per_node",
+            f"moe=te needs one GPU per process (MaxText hardware=gpu_multiprocess; NCCL EP binds one rank per GPU), "
+            f"but {c.processes_per_node} process(es) drive {c.gpus_per_node} GPUs per node",
+            f"cluster.processes_per_node={c.gpus_per_node}",
+        )
+    if cfg.moe.dispatch != "nccl_ep":
+        yield Problem(
+            "moe.dispatch",
+            f"the TE MoE block always dispatches and combines through NCCL EP; moe.dispatch={cfg.moe.dispatch} "
+            "needs MaxText's own MoE layer",
+            "moe.dispatch=nccl_ep, or keep the dispatch and use moe=tokamax",
+        )
+    if 0 < cfg.moe.ragged_buffer_factor < 1:
+        yield Problem(
+            "moe.ragged_buffer_factor",
+            f"ragged_buffer_factor={cfg.moe.ragged_buffer_factor}: the TE MoE block needs a receive buffer of at "
+            "least the balanced load (>= 1.0), or <= 0 for the worst case",
+            "moe.ragged_buffer_factor=2.0 (the blog's) or moe.ragged_buffer_factor=-1",
+        )
+
+
+@check
+def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
+    moe, ep = cfg.moe, expert_parallel_size(cfg)
+    if moe.dispatch == "nccl_ep" and moe.backend != "te":
+        yield Problem(
+            "moe.dispatch",
+            f"NCCL EP dispatch/combine is reached through the TE MoE block only; moe={moe.backend} has none",
+            "moe=te (NGC image, SM >= 90), or moe.dispatch=ragged_all_to_all",
+        )
+    if moe.dispatch == "ring" and ep <= 1:
+        yield Problem(
+            "moe.dispatch",
+            "ring of experts passes tokens around the expert-parallel ranks, but expert parallelism is 1",
+            "set parallelism.ici.expert (or parallelism.dcn.expert) above 1, or moe.dispatch=ragged_all_to_all",
+        )
+    grouped = moe.backend in ("tokamax", "ragged_dot", "megablox")
+    if cfg.hardware.platform == "cpu" and grouped and ep > 1 and not uses_ring_of_experts(cfg):
+        yield Problem(
+            "moe.dispatch",
+            f"expert parallelism {ep} with the ragged all-to-all dispatch: XLA:CPU does not implement "
+            "ragged_all_to_all",
+            "moe.dispatch=ring (ring of experts; with moe=megablox on CPU), or parallelism.ici.expert=1",
+        )
+
+
+@check
+def memory_policy_consistent(cfg: Config) -> Iterator[Problem]:
+    mem = cfg.memory
+    if mem.tensors and mem.remat_policy != "custom":
+        yield Problem(
+            "memory.remat_policy",
+            f"per-tensor choices ({', '.join(mem.tensors)}) are read by MaxText only with remat_policy=custom; "
+            f"remat_policy={mem.remat_policy} ignores them",
+            "memory.remat_policy=custom, or choose a memory option without tensors (memory=remat_full)",
+        )
+
+
+@check
+def attention_supported(cfg: Config) -> Iterator[Problem]:
+    if cfg.model.attention == "cudnn_flash_te" and cfg.hardware.platform != "gpu":
+        yield Problem(
+            "model.attention",
+            f"attention=cudnn_flash_te is TransformerEngine's cuDNN fused attention: NVIDIA GPUs only, "
+            f"hardware={cfg.hardware.name}",
+            "model.attention=dot_product (or null for MaxText's choice)",
         )
 
 

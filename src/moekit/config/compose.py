@@ -14,7 +14,16 @@ from moekit.config.schema import Config
 from moekit.errors import ConfigError
 
 # Free-form mappings: a key under them may be new, so `a.b.KEY=V` is passed to Hydra as `++a.b.KEY=V`.
-OPEN_MAPPINGS = ("maxtext.extra.", "model.extra.", "memory.tensors.", "xla.flags.", "hardware.env.", "network.env.")
+OPEN_MAPPINGS = (
+    "maxtext.extra.",
+    "model.extra.",
+    "memory.tensors.",
+    "memory.env.",
+    "xla.flags.",
+    "xla.env.",
+    "hardware.env.",
+    "network.env.",
+)
 
 GROUPS = ("experiment", "model", "moe", "precision", "memory", "xla", "hardware", "cluster", "network", "data")
 

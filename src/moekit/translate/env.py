@@ -1,4 +1,8 @@
-"""Translate a config into the process environment (pure): one entry per concern, with its origin."""
+"""Translate a config into the process environment (pure): one entry per concern, with its origin.
+
+Values that belong to one group option live in that option's file (hardware, network, memory, xla env);
+the two tables below are the environment that follows from a choice made elsewhere.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,12 @@ from typing import NamedTuple
 
 from moekit.config.schema import Config, Scalar
 from moekit.translate.xla_flags import xla_flags
+
+# model.attention -> env: TE's cuDNN fused attention is off unless NVTE_FUSED_ATTN=1 (the blog sets it).
+ATTENTION_ENV: dict[str, dict[str, str]] = {"cudnn_flash_te": {"NVTE_FUSED_ATTN": "1"}}
+
+# moe.dispatch=nccl_ep across nodes: NCCL EP's GPU-initiated networking type (the blog's multi-node setting).
+NCCL_EP_MULTI_NODE_ENV: dict[str, str] = {"NCCL_GIN_TYPE": "3"}
 
 
 class EnvVar(NamedTuple):
@@ -23,10 +33,20 @@ def _str(value: Scalar) -> str:
 def env_vars(cfg: Config) -> list[EnvVar]:
     """Environment shared by every process of the job (rendezvous env is added per process)."""
     out: list[EnvVar] = []
+
+    def put(origin: str, values: dict[str, Scalar]) -> None:
+        out.extend(EnvVar(k, _str(v), origin) for k, v in values.items())
+
     if cfg.hardware.platform == "cpu":
-        out.append(EnvVar("JAX_PLATFORMS", "cpu", "hardware=cpu"))
-    out += [EnvVar(k, _str(v), f"hardware={cfg.hardware.name}") for k, v in cfg.hardware.env.items()]
-    out += [EnvVar(k, _str(v), f"network={cfg.network.name}") for k, v in cfg.network.env.items()]
+        put("hardware=cpu", {"JAX_PLATFORMS": "cpu"})
+    put(f"hardware={cfg.hardware.name}", cfg.hardware.env)
+    put(f"memory={cfg.memory.name}", cfg.memory.env)
+    put(f"xla={cfg.xla.name}", cfg.xla.env)
+    if cfg.model.attention in ATTENTION_ENV:
+        put(f"model.attention={cfg.model.attention}", ATTENTION_ENV[cfg.model.attention])
+    if cfg.moe.dispatch == "nccl_ep" and cfg.cluster.nodes > 1:
+        put("moe.dispatch=nccl_ep (multi-node)", NCCL_EP_MULTI_NODE_ENV)
+    put(f"network={cfg.network.name}", cfg.network.env)
     flags = xla_flags(cfg)
     if flags:
         out.append(EnvVar("XLA_FLAGS", " ".join(flags), "xla"))

@@ -81,3 +81,28 @@ def processes(cfg: Config, environ: dict[str, str], rendezvous_timeout_s: int | 
             f"(cluster.nodes={c.nodes} x cluster.processes_per_node={c.processes_per_node}); make them agree."
         )
     return [rz.process_env(r, timeout) for r in found]
+
+
+def dry_run_processes(cfg: Config, environ: dict[str, str]) -> list[dict[str, str]]:
+    """What --dry-run shows: this host's processes; for a multi-node job outside its cluster, node 0's.
+
+    Node ranks and the coordinator's host name exist only where the job runs, so they are shown as placeholders.
+    """
+    try:
+        return processes(cfg, environ)
+    except rz.RendezvousError:
+        if cfg.cluster.nodes == 1:
+            raise
+    c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
+    node0 = [
+        rz.Rendezvous(
+            coordinator=f"<node-0>:{c.coordinator_port}",
+            num_processes=cfg.num_processes,
+            process_id=local,
+            node_rank=0,
+            local_rank=local,
+            local_device_ids=(local,) if gpu and c.processes_per_node > 1 else None,
+        )
+        for local in range(c.processes_per_node)
+    ]
+    return [rz.process_env(r, c.rendezvous_timeout_s) for r in node0]

@@ -20,7 +20,8 @@ TRAIN_MODULE = "maxtext.trainers.pre_train.train"
 
 # moe=<backend> -> MaxText keys. One row per back end; the dropless/capacity value comes from moe.capacity_factor.
 MOE_KEYS: dict[str, dict[str, Scalar]] = {
-    "te": {"sparse_matmul": True, "megablox": False, "te_moe_block": True},
+    # TE's block needs the fused gate/up weight layout (MaxText refuses te_moe_block without prefuse_moe_weights).
+    "te": {"sparse_matmul": True, "megablox": False, "te_moe_block": True, "prefuse_moe_weights": True},
     "tokamax": {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": True},
     "ragged_dot": {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": False},
     "dense": {"sparse_matmul": False},
@@ -28,12 +29,28 @@ MOE_KEYS: dict[str, dict[str, Scalar]] = {
     "megablox": {"sparse_matmul": True, "megablox": True},
 }
 
-# precision=<name> -> MaxText keys (activation dtype; quantization of dense and expert GEMMs).
+# moe.dispatch -> MaxText keys of the grouped (sparse_matmul) paths. NCCL EP lives inside te_moe_block: no key.
+DISPATCH_KEYS: dict[str, dict[str, Scalar]] = {
+    "ragged_all_to_all": {"use_ring_of_experts": False},
+    "ring": {"use_ring_of_experts": True},
+    "nccl_ep": {},
+}
+
+# precision=<name> -> MaxText keys (activation dtype; quantization of the dense GEMMs).
 PRECISION_KEYS: dict[str, dict[str, Scalar]] = {
     "fp32": {"dtype": "float32"},
     "bf16": {"dtype": "bfloat16"},
     "fp8": {"dtype": "bfloat16", "quantization": "te_fp8_currentscaling"},
-    "mxfp8": {"dtype": "bfloat16", "quantization": "te_fp8_currentscaling", "te_gmm_quantization": "te_mxfp8"},
+    "mxfp8": {"dtype": "bfloat16", "quantization": "te_fp8_currentscaling"},
+}
+
+# precision=<name> -> the expert grouped GEMMs' quantization. Only the TE MoE block reads it (MaxText 0.2.5), and
+# it must be set there; other back ends run their expert GEMMs in the activation dtype.
+EXPERT_GEMM_KEYS: dict[str, dict[str, Scalar]] = {
+    "fp32": {"te_gmm_quantization": "te_no_quant"},
+    "bf16": {"te_gmm_quantization": "te_no_quant"},
+    "fp8": {"te_gmm_quantization": "te_no_quant"},  # TE's grouped GEMM offers MXFP8 or nothing
+    "mxfp8": {"te_gmm_quantization": "te_mxfp8"},
 }
 
 
@@ -96,10 +113,26 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
         data_shuffle_seed=t.seed,
     )
     put(f"data={cfg.data.dataset_type}", dataset_type=cfg.data.dataset_type)
-    put(f"moe={cfg.moe.backend}", **MOE_KEYS[cfg.moe.backend], capacity_factor=cfg.moe.capacity_factor)
+    moe = cfg.moe
+    put(f"moe={moe.backend}", **MOE_KEYS[moe.backend], capacity_factor=moe.capacity_factor)
+    if MOE_KEYS[moe.backend]["sparse_matmul"]:
+        put(f"moe.dispatch={moe.dispatch}", **DISPATCH_KEYS[moe.dispatch])
+    if moe.backend == "te":
+        put(
+            f"moe={moe.backend}",
+            ragged_buffer_factor=moe.ragged_buffer_factor,
+            te_ep_overflow_check_every_n_steps=moe.overflow_check_every,
+        )
+        put(
+            f"precision={cfg.precision.name} (expert GEMMs in the TE MoE block)", **EXPERT_GEMM_KEYS[cfg.precision.name]
+        )
+    elif moe.ragged_buffer_factor > 0:
+        put("moe.ragged_buffer_factor", ragged_buffer_factor=moe.ragged_buffer_factor)
     put(f"precision={cfg.precision.name}", **PRECISION_KEYS[cfg.precision.name])
-    put(f"memory (remat_policy={cfg.memory.remat_policy})", remat_policy=cfg.memory.remat_policy)
-    put("memory.tensors", **cfg.memory.tensors)
+    mem = f"memory={cfg.memory.name}"
+    put(mem, remat_policy=cfg.memory.remat_policy, **cfg.memory.tensors)
+    if m.attention:
+        put("model.attention", attention=m.attention)
     ici, dcn = cfg.ici_filled, cfg.parallelism.dcn
     put("parallelism.ici", **{f"ici_{k}_parallelism": v for k, v in ici.items()})
     put("parallelism.dcn", **{f"dcn_{k}_parallelism": v for k, v in dcn.items()})

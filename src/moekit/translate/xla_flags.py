@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from moekit.config.schema import Config, Scalar
+
+
+class Flag(NamedTuple):
+    name: str
+    value: Scalar
+    origin: str
+
+    def render(self) -> str:
+        return format_flag(self.name, self.value)
 
 
 def format_flag(name: str, value: Scalar) -> str:
@@ -11,10 +22,19 @@ def format_flag(name: str, value: Scalar) -> str:
     return f"--{name}={value}"
 
 
-def xla_flags(cfg: Config) -> list[str]:
-    """Flags in the order conf/ lists them; the CPU host-device count comes first when needed."""
+def flag_entries(cfg: Config) -> list[Flag]:
+    """Each flag with the config choice that set it; the CPU host-device count comes first when needed."""
     flags = []
     if cfg.hardware.platform == "cpu" and cfg.devices_per_process > 1:
-        flags.append(format_flag("xla_force_host_platform_device_count", cfg.devices_per_process))
-    flags.extend(format_flag(k, v) for k, v in cfg.xla.flags.items())
+        flags.append(Flag("xla_force_host_platform_device_count", cfg.devices_per_process, "cluster (host devices)"))
+    flags.extend(Flag(k, v, f"xla={cfg.xla.name}") for k, v in cfg.xla.flags.items())
     return flags
+
+
+def xla_flags(cfg: Config) -> list[str]:
+    """Flags in the order conf/ lists them."""
+    return [f.render() for f in flag_entries(cfg)]
+
+
+def flag_origins(cfg: Config) -> dict[str, str]:
+    return {f.render(): f.origin for f in flag_entries(cfg)}
