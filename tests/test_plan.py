@@ -1,0 +1,235 @@
+"""`moekit plan`: dimensions from MaxText's files, FLOPs against MaxText's own count, memory and traffic."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import compose, moekit
+from moekit import plan
+from moekit.commands.plan import data_file, maxtext_files
+from moekit.plan import memory, network
+from moekit.plan.mesh import Mesh
+from moekit.plan.model import Dims
+
+GIB = 2**30
+CALIBRATION = data_file("plan_calibration.yaml")
+
+
+def build(experiment: str | None, overrides=(), **kw) -> dict:
+    cfg = compose(experiment, overrides)
+    base, model_file = maxtext_files(cfg.model.name)
+    return plan.build(cfg, base, model_file, data_file("links.yaml"), CALIBRATION, **kw)
+
+
+def dims_values(experiment: str | None, overrides=()):
+    cfg = compose(experiment, overrides)
+    values = plan.resolved_values(cfg, *maxtext_files(cfg.model.name))
+    return Dims.from_values(values), values, Mesh.from_config(cfg)
+
+
+# ---- dimensions and FLOPs ----
+
+_PROBE = r"""
+import json, sys
+from maxtext.configs import pyconfig
+from maxtext.utils import maxtext_utils
+cfg = pyconfig.initialize(["train"] + sys.argv[1:])
+print("RESULT " + json.dumps(maxtext_utils.calculate_tflops_training_per_device(cfg, log=False)[0]))
+"""
+
+
+@pytest.mark.parametrize("experiment", ["smoke", "dsv3_proxy_h200", "dsv3_blog"])
+def test_flops_match_maxtexts_count(experiment):
+    """The analytic FLOPs equal MaxText's calculate_tflops_training_per_device on the same arguments."""
+    cfg = compose(experiment)
+    out = build(experiment)
+    args = [f"{k}={v}" for k, v in _args(cfg).items() if k not in ("skip_jax_distributed_system",)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    env |= {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={cfg.num_devices}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args, "skip_jax_distributed_system=true", f"num_slices={cfg.num_slices}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    line = [s for s in proc.stdout.splitlines() if s.startswith("RESULT ")]
+    assert line, proc.stderr[-3000:]
+    maxtext_tflops = json.loads(line[0].removeprefix("RESULT "))
+    assert out["flops"]["train_tflop_per_device_step"] == pytest.approx(maxtext_tflops, rel=1e-6)
+
+
+def _args(cfg) -> dict[str, str]:
+    from moekit.translate.maxtext_args import maxtext_args
+
+    return {a.key: a.render().split("=", 1)[1] for a in maxtext_args(cfg, "/tmp/plan-probe", "/tmp/plan-probe/m.jsonl")}
+
+
+def test_deepseek_v3_parameter_counts_match_the_published_sizes():
+    # Published: DeepSeek-V3 technical report (arXiv 2412.19437): 671B total, 37B activated per token
+    # (main model; the 14B multi-token-prediction module is not part of MaxText's model).
+    d, _, _ = dims_values("dsv3_blog")
+    assert 665e9 < d.total_params() < 680e9
+    assert 36e9 < d.active_params() < 39e9
+
+
+def test_dimensions_come_from_the_installed_model_file():
+    base, model_file = maxtext_files("deepseek3-671b")
+    d, values, _ = dims_values("dsv3_blog")
+    assert (d.emb, d.moe_mlp, d.q_lora, d.kv_lora) == (
+        model_file["base_emb_dim"],
+        model_file["base_moe_mlp_dim"],
+        model_file["q_lora_rank"],
+        model_file["kv_lora_rank"],
+    )
+    # moekit's own keys win over the model file (MaxText's override_model_config precedence)
+    d2, _, _ = dims_values("smoke", ["model.num_experts=4", "model.num_layers=3"])
+    assert (d2.experts, d2.layers) == (4, 3)
+
+
+# ---- memory ----
+
+
+def _items(out: dict) -> dict[str, float]:
+    return {i["name"]: i["gib"] for i in out["memory"]["items"]}
+
+
+def test_remat_policies_order_device_memory():
+    full = build("dsv3_proxy_h200", ["memory=remat_full"])["memory"]["device_gib"]
+    save_dot = build("dsv3_proxy_h200", ["memory=remat_save_dot_except_mlp"])["memory"]["device_gib"]
+    minimal = build("dsv3_proxy_h200", ["memory=remat_minimal"])["memory"]["device_gib"]
+    assert full < save_dot < minimal
+
+
+def test_offload_moves_activations_from_device_to_host():
+    keep = ["memory.remat_policy=custom", "memory.tensors.moe_mlpwi_0=device", "memory.tensors.moe_mlpwi_1=device"]
+    off = ["memory.remat_policy=custom", "memory.tensors.moe_mlpwi_0=offload", "memory.tensors.moe_mlpwi_1=offload"]
+    a, b = build("dsv3_proxy_h200", keep)["memory"], build("dsv3_proxy_h200", off)["memory"]
+    assert a["host_gib"] == 0 and b["host_gib"] > 0
+    assert a["device_gib"] - b["device_gib"] == pytest.approx(b["host_gib"], rel=1e-9)
+    # 3 MoE layers x 24,576 tokens x top-8 rows x 2048 x 2 tensors x 2 bytes (bf16)
+    assert b["host_gib"] * GIB == pytest.approx(3 * 24576 * 8 * 2048 * 2 * 2)
+
+
+@pytest.mark.parametrize(
+    ("ep", "factor", "ring", "rows"),
+    [
+        (1, -1.0, False, 8),  # no EP: routed rows stay local (top_k per token)
+        (8, -1.0, False, 8 * 4),  # worst case min(EP 8, 32 experts / top-8 = 4)
+        (8, 2.0, False, 8 * 2),  # receive capacity = 2 x balanced
+        (4, -1.0, True, 8 * 4),  # ring of experts: tokens of every EP rank gathered
+    ],
+)
+def test_dropless_receive_buffer_rows(ep, factor, ring, rows):
+    d, values, _ = dims_values("dsv3_proxy_h200")
+    mesh = Mesh(dict(data=1, fsdp=1, tensor=1, expert=ep), dict.fromkeys(("data", "fsdp", "tensor", "expert"), 1))
+    got, why = memory.routed_rows_per_token(
+        d, values | {"ragged_buffer_factor": factor, "use_ring_of_experts": ring}, mesh
+    )
+    assert got == rows and why
+
+
+def test_too_large_a_batch_warns_it_will_not_fit():
+    out = build("dsv3_proxy_h200", ["train.per_device_batch_size=24"])
+    assert not out["memory"]["fits"]
+    assert "will not fit" in out["memory"]["warnings"][0]
+    assert build("dsv3_proxy_h200")["memory"]["fits"]
+
+
+@pytest.mark.parametrize("experiment", ["dsv3_blog", "dsv3_blog_1024"])
+def test_published_layout_fits_its_hardware(experiment):
+    """The blog's configuration ran on GB300, so a sound estimate fits its HBM and its 180 GB host pool."""
+    mem = build(experiment)["memory"]
+    assert mem["fits"], mem["warnings"]
+    assert mem["host_gib"] > 100  # the expert up-projections it offloads
+    assert mem["device_gib"] > 0.5 * mem["device_limit_gib"]
+
+
+@pytest.mark.parametrize("point", CALIBRATION.get("points") or [], ids=lambda p: p["preset"])
+def test_estimate_within_15_percent_of_measured_peak(point):
+    out = build(None, point["overrides"])
+    measured = point["measured_peak_gib"]
+    assert abs(out["memory"]["device_gib"] - measured) <= 0.15 * measured, (out["memory"]["device_gib"], measured)
+
+
+# ---- communication and step time ----
+
+
+def test_ep_traffic_formulas():
+    d, values, _ = dims_values("dsv3_proxy_h200", ["memory=remat_full"])
+    mesh = Mesh(dict(data=1, fsdp=1, tensor=1, expert=4), dict.fromkeys(("data", "fsdp", "tensor", "expert"), 1))
+    flows = {f.name: f for f in network.traffic(d, values, mesh)}
+    ep = flows["EP dispatch + combine"]
+    # 2 (dispatch + combine) x tokens x top_k x emb x 2 B x 3/4, three passes (forward, recompute, backward)
+    assert ep.ici_bytes == pytest.approx(2 * 24576 * 8 * 7168 * 2 * 3 / 4 * 3 * 3) and ep.dcn_bytes == 0
+    ring = {f.name: f for f in network.traffic(d, values | {"use_ring_of_experts": True}, mesh)}
+    assert ring["EP dispatch + combine"].ici_bytes == pytest.approx(2 * 24576 * 7168 * 2 * 3 * 3 * 3)
+    kept = values | {"remat_policy": "custom", "moe_x_sorted": "device"}
+    assert {f.name: f for f in network.traffic(d, kept, mesh)}["EP dispatch + combine"].ici_bytes == pytest.approx(
+        ep.ici_bytes * 2 / 3
+    )
+
+
+def test_fsdp_traffic_crosses_the_network_only_between_slices():
+    d, values, mesh = dims_values("dsv3_blog")
+    one_slice = Mesh(mesh.ici, dict.fromkeys(mesh.dcn, 1))
+    f1 = {f.name: f for f in network.traffic(d, values, one_slice)}["FSDP all-gather x2 + reduce-scatter"]
+    f2 = {f.name: f for f in network.traffic(d, values, mesh)}["FSDP all-gather x2 + reduce-scatter"]
+    f16 = {f.name: f for f in network.traffic(d, values, mesh.with_dcn("fsdp", 16))}[
+        "FSDP all-gather x2 + reduce-scatter"
+    ]
+    assert f1.dcn_bytes == 0 < f2.dcn_bytes < f16.dcn_bytes < 2 * f2.dcn_bytes
+    assert f1.ici_bytes == pytest.approx(f2.ici_bytes) == pytest.approx(f16.ici_bytes)
+
+
+def test_weak_scaling_to_the_published_layouts():
+    out = build("dsv3_blog", scale=[128, 1024], compute_tflops=1068)
+    rows = {r["gpus"]: r for r in out["scaling"]}
+    assert set(rows) == {128, 1024}
+    assert 0 < rows[1024]["efficiency"] <= rows[128]["efficiency"] <= 1.0
+    assert out["step"]["exposed_comm_s"] > 0  # EP dispatch/combine sits on the critical path
+    assert "1024 devices" in rows[1024]["mesh"]
+
+
+# ---- command line ----
+
+
+def test_cli_text_and_json(tmp_path):
+    text = moekit("plan", "experiment=dsv3_blog", "--scale", "128,1024", "--compute-tflops", "1068")
+    assert text.returncode == 0, text.stderr
+    for needle in ("memory per device", "EP dispatch + combine", "efficiency", "provenance"):
+        assert needle in text.stdout
+    js = moekit("plan", "experiment=dsv3_proxy_h200", "train.per_device_batch_size=24", "--format", "json")
+    assert js.returncode == 0, js.stderr
+    out = json.loads(js.stdout)
+    assert out["memory"]["fits"] is False and out["hardware"] == "h200"
+    assert not list(Path(tmp_path).iterdir())  # plans launch and write nothing
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["experiment=dsv3_blog", "--scale", "100"], "not a multiple"),
+        (["experiment=dsv3_blog", "--scale", "many"], "--scale"),
+        (["experiment=smoke", "memory.remat_policy=sometimes"], "not a MaxText remat policy"),
+        (["experiment=smoke", "model.num_experts=3", "parallelism.ici.expert=2"], "configuration problem"),
+    ],
+)
+def test_cli_user_errors(args, message):
+    proc = moekit("plan", *args)
+    assert proc.returncode != 0
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_links_table_has_a_source_for_every_fact():
+    table = yaml.safe_load((Path(plan.__file__).parents[1] / "data" / "links.yaml").read_text())
+    assert all(link["source"] for link in table["links"].values())
+    for hw in table["hardware"].values():
+        assert hw["scale_up"] in table["links"] and hw["scale_out"] in table["links"] and hw["host_source"]
