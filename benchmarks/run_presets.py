@@ -28,14 +28,14 @@ EXPERIMENT = "dsv3_proxy_h200"
 REFERENCE = "dense"  # masked dense compute of every expert: no grouped-GEMM kernel in the way
 # name -> (overrides on top of the experiment, what it shows)
 PRESETS: dict[str, tuple[list[str], str]] = {
+    "tokamax": ([], "dropless grouped GEMM: tokamax Mosaic GPU kernel"),
     "maxtext_default": (
-        ["moe=megablox", "moe.force=true", "train.steps=4"],
+        ["moe=megablox", "moe.force=true", "train.steps=3"],
         "MaxText's default sparse path (megablox=true): a TPU Pallas kernel, interpreted on GPU",
     ),
     "dense": (["moe=dense"], "dropless, every expert on every token, masked (no grouped GEMM)"),
-    "tokamax": ([], "dropless grouped GEMM: tokamax Mosaic GPU kernel"),
-    "tokamax_xla_blog": (["xla=blog"], "tokamax + the blog's XLA flags (command buffers, unroll 8, PGLE)"),
     "tokamax_batch8": (["train.per_device_batch_size=8"], "tokamax, per-device batch 8 (32,768 tokens/step)"),
+    "tokamax_xla_blog": (["xla=blog"], "tokamax + the blog's XLA flags and PGLE"),
     "tokamax_offload_blog": (["memory=offload_blog"], "tokamax + the blog's remat/offload policy"),
 }
 MARK_BEGIN, MARK_END = "<!-- BEGIN presets (benchmarks/run_presets.py --record) -->", "<!-- END presets -->"

@@ -23,7 +23,9 @@ for phase in "$@"; do
       { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
         python3 -c "import moekit.versions as v, json; print(json.dumps(v.versions()))"
         timeout 60 $MOEKIT train experiment=dsv3_proxy_h200 --dry-run; } > "$OUT/preflight.txt" 2>&1
-      log "preflight rc=$?" ;;
+      log "preflight rc=$?"
+      # Every command module must import here, or every later `moekit` call fails the same way: stop now.
+      python3 -c "import moekit.cli as c; c._parser()" >> "$OUT/preflight.txt" 2>&1 || { log "moekit cli broken"; exit 1; } ;;
     micro)
       timeout 150 $MOEKIT bench gmm --backends tokamax,tokamax_triton,te --skews balanced,dirichlet:1.0,dirichlet:0.3 \
         --out "$OUT/gmm.json" > "$OUT/micro.txt" 2>&1; log "bench gmm rc=$?"
