@@ -27,6 +27,13 @@ class _GroupOptions:
         return group_options(group_name)
 
 
+def _text(value) -> str:
+    """A swept value as override text; booleans as Hydra spells them (str(True) would be 'True')."""
+    from hydra.core.override_parser.types import Transformer
+
+    return ("true" if value else "false") if isinstance(value, bool) else Transformer.str(value)
+
+
 def expand(overrides: Sequence[str]) -> list[list[str]]:
     """The override list of every run in the sweep (cartesian product of the sweeps, keys in given order)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -42,7 +49,7 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
             if o.is_sweep_override():
                 if not o.is_discrete_sweep():
                     raise ConfigError(f"{key}: interval() sweeps need a search sweeper; list values (a=1,2) instead.")
-                axes[key] = [f"{key}={v}" for v in o.sweep_string_iterator()]
+                axes[key] = [f"{key}={_text(v)}" for v in o.sweep_iterator()]
             else:
                 axes[key] = [f"{key}={o.get_value_element_as_str()}"]
     except HydraException as exc:

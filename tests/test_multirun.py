@@ -1,0 +1,91 @@
+"""`moekit train -m`: Hydra sweep expansion, one run directory per run, one combined report."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from conftest import losses, moekit
+from moekit.commands.multirun import expand
+from moekit.config.compose import group_options
+from moekit.errors import ConfigError
+
+EXPANSIONS = [  # id, overrides, expected runs (cartesian product, keys in the order given)
+    ("single", ["experiment=smoke"], [["experiment=smoke"]]),
+    (
+        "product",
+        ["moe=dense,ragged_dot", "train.steps=2,3"],
+        [
+            ["moe=dense", "train.steps=2"],
+            ["moe=dense", "train.steps=3"],
+            ["moe=ragged_dot", "train.steps=2"],
+            ["moe=ragged_dot", "train.steps=3"],
+        ],
+    ),
+    ("range", ["train.seq_len=range(128,385,128)"], [[f"train.seq_len={n}"] for n in (128, 256, 384)]),
+    ("choice", ["train.seed=choice(1,7)"], [["train.seed=1"], ["train.seed=7"]]),
+    (
+        "open-mapping",
+        ["maxtext.extra.scan_layers=true,false"],
+        [["maxtext.extra.scan_layers=true"], ["maxtext.extra.scan_layers=false"]],
+    ),
+]
+
+
+@pytest.mark.parametrize("overrides,runs", [c[1:] for c in EXPANSIONS], ids=[c[0] for c in EXPANSIONS])
+def test_expand(overrides, runs):
+    assert expand(overrides) == runs
+
+
+def test_glob_lists_the_group_options():
+    got = expand(["moe=glob(*,exclude=te)"])
+    assert got == [[f"moe={o}"] for o in group_options("moe") if o != "te"]
+    assert len(got) >= 4
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["moe=dense", "moe=ragged_dot"], "given twice"),
+        (["train.learning_rate=interval(1e-5,1e-4)"], "interval"),
+        (["moe=glob(nothing*)"], "matches no option"),
+        (["train.steps=1,,2"], "could not parse"),
+    ],
+)
+def test_expand_errors(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        expand(overrides)
+
+
+def test_dry_run_lists_runs_and_bad_member_stops_the_sweep(tmp_path):
+    dry = moekit("train", "-m", "experiment=smoke", "moe=dense,ragged_dot", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "[0] experiment=smoke moe=dense" in dry.stdout and "[1] experiment=smoke moe=ragged_dot" in dry.stdout
+    # moe=capacity drops tokens: refused before the dense run starts, nothing is created.
+    bad = moekit("train", "-m", "experiment=smoke", "moe=dense,capacity", f"run.base_dir={tmp_path}")
+    assert bad.returncode == 2 and "drops tokens" in bad.stderr and "Traceback" not in bad.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.integration
+def test_sweep_gives_one_run_dir_per_run_and_a_combined_report(smoke_sweep):
+    folder, proc = smoke_sweep
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
+    record = json.loads((folder / "sweep.json").read_text())
+    assert [r["overrides"] for r in record] == [
+        ["experiment=smoke", "train.steps=4", "moe=ragged_dot"],
+        ["experiment=smoke", "train.steps=4", "moe=dense"],
+    ]
+    assert [r["returncode"] for r in record] == [0, 0]
+    for i, backend in enumerate(("ragged_dot", "dense")):
+        run = folder / str(i)
+        assert yaml.safe_load((run / "config.yaml").read_text())["moe"]["backend"] == backend
+        assert len(losses(run)) == 4
+    report = (folder / "report.md").read_text()
+    assert "| moe=ragged_dot |" in report and "| moe=dense |" in report
+    assert "speed-up relative to the first run: moe=ragged_dot" in report
+    for png in ("step_time.png", "tflops.png", "loss.png"):
+        assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "combined report" in proc.stdout
