@@ -1,0 +1,288 @@
+"""The rendered 2-node smoke JobSet, run here the way a cluster would run it.
+
+The emulator reads the manifest and does what the JobSet and Job controllers, the kubelet and the
+cluster DNS do for each pod: it sets the controllers' labels and annotations, resolves every env entry
+(value with $(VAR) expansion, downward-API fieldRefs), and starts the container's own command as a
+separate process in its own mount and UTS namespaces, where /etc/hosts maps every pod hostname
+(<jobset>-<rjob>-<job>-<pod>.<subdomain>) to loopback, as the headless service would. All pods share
+one private network namespace, so their ports cannot meet anything else on this machine. The image
+is stood in for by this checkout's virtual environment (`moekit` on PATH). A failed pod fails its Job
+(backoffLimit: 0) and the JobSet then stops every other pod (failurePolicy), as the controller does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, losses, moekit
+
+pytestmark = pytest.mark.integration
+
+GOLDEN = REPO / "k8s" / "smoke-2node.yaml"
+BIN = Path(sys.executable).parent
+
+
+# ---------- what the controllers and the kubelet do (an independent reading of the Kubernetes rules) ----------
+
+
+@dataclass
+class Pod:
+    name: str
+    hostname: str
+    fqdn: str
+    index: int
+    namespace: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    env: dict[str, str] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes $(VAR) expansion: defined names are replaced, $$ is a literal $, others stay as written."""
+    out, i = [], 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and ")" in text[i:]:
+            end = text.index(")", i)
+            name = text[i + 2 : end]
+            out.append(env.get(name, text[i : end + 1]))
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def field_ref(pod: Pod, path: str, namespace: str) -> str:
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    if m:
+        source = pod.labels if m.group(1) == "labels" else pod.annotations
+        assert m.group(2) in source, f"fieldRef {path}: the pod has no such {m.group(1)[:-1]}"
+        return source[m.group(2)]
+    simple = {"metadata.name": pod.name, "metadata.namespace": namespace, "status.podIP": "127.0.0.1"}
+    assert path in simple, f"the emulator does not know fieldRef {path}"
+    return simple[path]
+
+
+def materialize(manifest: dict, restarts: int = 0) -> list[Pod]:
+    """Every pod of the JobSet with its labels, annotations, resolved env and command."""
+    name, ns = manifest["metadata"]["name"], manifest["metadata"].get("namespace", "default")
+    spec = manifest["spec"]
+    subdomain = spec.get("network", {}).get("subdomain") or name
+    co = spec.get("coordinator")
+    total = sum(r.get("replicas", 1) for r in spec["replicatedJobs"])
+    pods = []
+    for rjob in spec["replicatedJobs"]:
+        job = rjob["template"]["spec"]
+        assert job.get("completionMode") == "Indexed"
+        tmpl = job["template"]
+        for j in range(rjob.get("replicas", 1)):
+            jobset_meta = {
+                "jobset.sigs.k8s.io/jobset-name": name,
+                "jobset.sigs.k8s.io/replicatedjob-name": rjob["name"],
+                "jobset.sigs.k8s.io/restart-attempt": str(restarts),
+                "jobset.sigs.k8s.io/replicatedjob-replicas": str(rjob.get("replicas", 1)),
+                "jobset.sigs.k8s.io/global-replicas": str(total),
+                "jobset.sigs.k8s.io/job-index": str(j),
+            }
+            if co:
+                jobset_meta["jobset.sigs.k8s.io/coordinator"] = (
+                    f"{name}-{co['replicatedJob']}-{co.get('jobIndex', 0)}-{co.get('podIndex', 0)}.{subdomain}"
+                )
+            for i in range(job["completions"]):
+                index = {"batch.kubernetes.io/job-completion-index": str(i)}
+                host = f"{name}-{rjob['name']}-{j}-{i}"
+                pods.append(
+                    Pod(
+                        name=f"{host}-x7k2q",
+                        hostname=host,
+                        fqdn=f"{host}.{subdomain}",
+                        index=i,
+                        namespace=ns,
+                        labels=tmpl.get("metadata", {}).get("labels", {}) | jobset_meta | index,
+                        annotations=tmpl.get("metadata", {}).get("annotations", {}) | jobset_meta | index,
+                    )
+                )
+                (container,) = tmpl["spec"]["containers"]
+                pod = pods[-1]
+                env = {"HOSTNAME": host}
+                for var in container.get("env", []):
+                    if "value" in var:
+                        env[var["name"]] = expand(str(var["value"]), env)
+                    else:
+                        env[var["name"]] = field_ref(pod, var["valueFrom"]["fieldRef"]["fieldPath"], ns)
+                env.setdefault("JOB_COMPLETION_INDEX", str(i))  # the Indexed Job controller's own variable
+                pod.env = env
+                pod.command = [expand(a, env) for a in container.get("command", []) + container.get("args", [])]
+    return pods
+
+
+class Network:
+    """One private network namespace (loopback up) that every pod joins, like a pod network."""
+
+    LO_UP = (
+        "import fcntl, socket, struct, time\n"
+        "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        "fcntl.ioctl(s, 0x8914, struct.pack('16sH14s', b'lo', 0x1 | 0x8 | 0x40, bytes(14)))  # SIOCSIFFLAGS up\n"
+        "print('up', flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+
+    def __enter__(self) -> Network:
+        self.holder = subprocess.Popen(
+            ["unshare", "--net", sys.executable, "-c", self.LO_UP], stdout=subprocess.PIPE, text=True
+        )
+        if self.holder.stdout.readline().strip() != "up":
+            self.holder.kill()
+            pytest.skip("cannot create a network namespace here (needs root or user namespaces)")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.holder.kill()
+        self.holder.wait()
+
+    def start(self, pod: Pod, workdir: Path, fqdns: list[str]) -> subprocess.Popen:
+        """The pod's container: own PID, mount and UTS namespaces, /etc/hosts, hostname and working directory."""
+        workdir.mkdir(parents=True)
+        hosts = workdir / "etc-hosts"
+        # The kubelet's /etc/hosts names the pod itself (gloo resolves its own hostname); the other entries stand
+        # for the cluster DNS answering for the headless service of the JobSet.
+        own = f"127.0.0.1 {pod.fqdn}.{pod.namespace}.svc.cluster.local {pod.hostname}\n"
+        hosts.write_text("127.0.0.1 localhost\n" + own + "".join(f"127.0.0.1 {fqdn}\n" for fqdn in fqdns))
+        setup = f'mount --bind {hosts} /etc/hosts && hostname {pod.hostname} && exec "$@"'
+        env = {"PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir)} | pod.env
+        return subprocess.Popen(
+            ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "unshare", "--mount", "--uts", "--pid", "--fork"]
+            + ["--kill-child", "--propagation", "private", "sh", "-c", setup, "pod", *pod.command],
+            cwd=workdir,
+            env=env,
+            stdout=open(workdir / "pod.log", "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+@dataclass
+class Outcome:
+    codes: list[int | None]
+    jobset: str  # Completed | Failed | TimedOut
+    seconds: float
+
+
+def run_jobset(
+    manifest: dict, workdir: Path, timeout_s: float, lose: dict[int, float] | None = None, controller: bool = True
+) -> Outcome:
+    """Run every pod once (maxRestarts must be 0); with `controller`, the first failure ends the group.
+
+    A failed pod fails its Job (backoffLimit: 0); the JobSet controller then deletes every Job, and with them
+    the pods still running. Without `controller`, survivors are left alone: they must end by themselves.
+    lose: pod index -> seconds after start at which that pod's node is lost (its processes are killed).
+    """
+    assert manifest["spec"]["failurePolicy"]["maxRestarts"] == 0, "the emulator runs one attempt"
+    pods = materialize(manifest)
+    start = time.monotonic()
+    with Network() as net:
+        procs = [net.start(p, workdir / p.hostname, [q.fqdn for q in pods]) for p in pods]
+        state = "Running"
+        while state == "Running":
+            time.sleep(0.5)
+            elapsed = time.monotonic() - start
+            for i, t in (lose or {}).items():
+                if elapsed >= t and procs[i].poll() is None:
+                    os.killpg(procs[i].pid, signal.SIGKILL)
+            codes = [p.poll() for p in procs]
+            if all(c is not None for c in codes):
+                state = "Completed" if all(c == 0 for c in codes) else "Failed"
+            elif controller and any(c not in (None, 0) for c in codes):
+                state = "Failed"
+            elif elapsed > timeout_s:
+                state = "TimedOut"
+        for p in procs:  # pod deletion: the PID namespace goes, and every process in it
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        for p in procs:
+            p.wait(timeout=30)
+    return Outcome([p.returncode for p in procs], state, time.monotonic() - start)
+
+
+# ---------- the tests ----------
+
+
+def _needs_namespaces() -> None:
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("nsenter")):
+        pytest.skip("the pod emulation needs root with unshare and nsenter (util-linux)")
+
+
+def _run_dir(log: Path) -> Path:
+    """The run directory a pod reported, as a path here (relative ones are inside the pod's working directory)."""
+    lines = [s for s in log.read_text().splitlines() if s.startswith("moekit: run directory ")]
+    assert lines, log.read_text()[-3000:]
+    return log.parent / lines[-1].removeprefix("moekit: run directory ").strip()
+
+
+def test_pod_env_is_materialized_from_the_manifest():
+    pods = materialize(yaml.safe_load(GOLDEN.read_text()))
+    assert [p.env["JOB_COMPLETION_INDEX"] for p in pods] == ["0", "1"]
+    assert {p.env["MOEKIT_COORDINATOR_HOST"] for p in pods} == {"smoke-workers-0-0.smoke"}
+    assert pods[0].fqdn == "smoke-workers-0-0.smoke"
+    assert pods[1].command[:4] == ["moekit", "train", "experiment=smoke", "cluster=jobset"]
+    assert expand("a-$(X)-$$(X)-$(Y)", {"X": "1"}) == "a-1-$(X)-$(Y)"
+
+
+def test_two_pods_train_with_identical_losses(tmp_path):
+    _needs_namespaces()
+    manifest = yaml.safe_load(GOLDEN.read_text())
+    manifest["spec"]["failurePolicy"]["maxRestarts"] = 0  # one attempt: a failure here is a test failure
+    out = run_jobset(manifest, tmp_path, timeout_s=480)
+    logs = [tmp_path / f"smoke-workers-0-{i}" / "pod.log" for i in (0, 1)]
+    assert out.jobset == "Completed", (out.codes, [log.read_text()[-2000:] for log in logs])
+    first, second = _run_dir(logs[0]), _run_dir(logs[1])
+    assert first.is_relative_to(logs[0].parent) and second.is_relative_to(logs[1].parent)  # own filesystems
+    a, b = losses(first), losses(second, "metrics.1.jsonl")
+    assert len(a) == 10 and a == b
+    assert "step 10/10" in logs[0].read_text()
+
+
+def test_a_lost_pod_ends_the_group(tmp_path):
+    """Pod 1's node is lost at start. The JobSet ends the group at once; without a controller, pod 0 still
+    gives up by itself after cluster.rendezvous_timeout_s instead of waiting forever."""
+    _needs_namespaces()
+    manifest_file = tmp_path / "jobset.yaml"
+    proc = moekit(
+        "render",
+        "experiment=smoke",
+        "target=jobset",
+        "cluster.nodes=2",
+        "cluster.gpus_per_node=1",
+        "cluster.max_restarts=0",
+        "cluster.rendezvous_timeout_s=20",
+        "-o",
+        str(manifest_file),
+    )
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load(manifest_file.read_text())
+
+    grouped = run_jobset(manifest, tmp_path / "jobset", timeout_s=120, lose={1: 0.0})
+    assert grouped.jobset == "Failed" and grouped.codes[1] == -signal.SIGKILL
+    assert grouped.codes[0] == -signal.SIGKILL  # deleted with the group, not left waiting
+    assert grouped.seconds < 30
+
+    alone = run_jobset(manifest, tmp_path / "alone", timeout_s=240, lose={1: 0.0}, controller=False)
+    log0 = (tmp_path / "alone" / "smoke-workers-0-0" / "pod.log").read_text()
+    assert alone.jobset == "Failed" and alone.codes[0] == 1, log0[-3000:]
+    assert "training failed" in log0, log0[-3000:]
+    assert alone.seconds < 150  # start-up plus the 20 s rendezvous timeout, not the 600 s default
