@@ -7,6 +7,7 @@ them so a user sees every problem at once. Pure: no environment, files or clock.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
@@ -252,6 +253,34 @@ def attention_supported(cfg: Config) -> Iterator[Problem]:
             f"attention=cudnn_flash_te is TransformerEngine's cuDNN fused attention: NVIDIA GPUs only, "
             f"hardware={cfg.hardware.name}",
             "model.attention=dot_product (or null for MaxText's choice)",
+        )
+
+
+# Kubernetes names: a JobSet name is a DNS-1035 label, a namespace a DNS-1123 label (both <= 63 characters).
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# Process 0's hostname <name>-workers-0-0.<name> (render/jobset.py) must itself fit in 63 characters.
+_JOBSET_NAME_MAX = (63 - len("-workers-0-0.")) // 2
+
+
+@check
+def jobset_names(cfg: Config) -> Iterator[Problem]:
+    c = cfg.cluster
+    if c.kind != "jobset":
+        return
+    name = c.name or cfg.experiment_name.replace("_", "-").lower()
+    if not _DNS1035.fullmatch(name) or len(name) > _JOBSET_NAME_MAX:
+        yield Problem(
+            "cluster.name",
+            f"JobSet name '{name}' is not a DNS-1035 label of at most {_JOBSET_NAME_MAX} characters "
+            "(lower-case letters, digits and '-', starting with a letter; pod hostnames repeat it twice)",
+            f"cluster.name={(re.sub(r'[^a-z0-9-]+', '-', name.lower()).strip('-') or 'moe')[:_JOBSET_NAME_MAX]}",
+        )
+    if not _DNS1123.fullmatch(c.namespace) or len(c.namespace) > 63:
+        yield Problem(
+            "cluster.namespace",
+            f"namespace '{c.namespace}' is not a DNS-1123 label (lower-case letters, digits and '-', <= 63)",
+            "cluster.namespace=default, or the name `kubectl get namespaces` shows",
         )
 
 

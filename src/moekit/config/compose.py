@@ -51,6 +51,13 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
     from omegaconf.errors import OmegaConfBaseException
 
     conf = conf or config_dir()
+    for o in overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if ("=" not in o and not o.startswith("~")) or not key:
+            raise ConfigError(
+                f"override {o!r} is not key=value or group=option.\n"
+                "  fix: write it as a.b=VALUE (e.g. train.steps=20) or group=option (e.g. moe=tokamax)"
+            )
     overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
@@ -60,7 +67,7 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
             warnings.simplefilter("ignore")
             with initialize_config_dir(config_dir=str(conf), version_base=None):
                 return compose(config_name="config", overrides=list(overrides))
-    except (HydraException, OmegaConfBaseException) as exc:
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
     finally:
         GlobalHydra.instance().clear()
@@ -82,11 +89,15 @@ def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> 
             f"  valid keys{' under ' + parent if parent else ''}: {_valid_keys(parent)}\n"
             f"  fix: correct the spelling; to pass a raw MaxText key use maxtext.extra.{key.split('.')[-1]}=VALUE"
         )
-    return f"could not compose the configuration: {first}"
+    return (
+        f"could not compose the configuration: {first}\n"
+        "  fix: write each override as key=value (lists as key=[a,b]; quote values with spaces or brackets)"
+    )
 
 
 def _valid_keys(parent: str) -> str:
-    return _schema_keys(parent.split(".") if parent else [])
+    keys = _schema_keys(parent.split(".") if parent else [])
+    return keys if keys != "?" else f"{parent} is not a section; top-level keys: {_schema_keys([])}"
 
 
 def validate(raw: DictConfig) -> Config:
@@ -95,14 +106,36 @@ def validate(raw: DictConfig) -> Config:
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        lines = []
+        lines, seen = [], set()
         for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"])
             if err["type"] == "extra_forbidden":
+                key = ".".join(str(p) for p in err["loc"])
                 lines.append(f"  {key}: unknown key (valid keys: {_schema_keys(err['loc'][:-1])})")
-            else:
-                lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+                continue
+            key, fix = _fix_for(err["loc"])
+            if key in seen:  # a union type reports once per member
+                continue
+            seen.add(key)
+            lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+            lines.append(f"    fix: {fix}")
         raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
+
+
+def _fix_for(loc: Sequence[object]) -> tuple[str, str]:
+    """(the key at fault, how to repair it): the schema's default serves as the example value."""
+    model, field, parts = Config, None, []
+    for part in loc:
+        found = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
+        if found is None:
+            break
+        field, model = found, found.annotation
+        parts.append(str(part))
+    key = ".".join(parts) or "config"
+    if field is None or (isinstance(model, type) and hasattr(model, "model_fields")):
+        return key, f"change the {key} keys named above so that they agree (types and ranges: config/schema.py)"
+    default = None if field.is_required() else field.get_default(call_default_factory=True)
+    example = f", e.g. {key}={default}" if default is not None and not isinstance(default, (dict, list)) else ""
+    return key, f"give {key} a value of the kind described{example}"
 
 
 def _schema_keys(loc: Sequence[object]) -> str:
