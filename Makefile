@@ -7,7 +7,7 @@ PIP_QUIET := --quiet --disable-pip-version-check
 LOCK := requirements/cpu.lock
 export PYTHONWARNINGS := ignore::UserWarning:hydra,ignore::FutureWarning:hydra
 
-.PHONY: help venv smoke test test-fast lint lock clean
+.PHONY: help venv smoke test test-fast lint lock clean k8s
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -34,6 +34,9 @@ test: venv  ## the whole suite: unit + integration (CPU training, docker, proces
 
 test-fast: venv  ## unit tests only
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+
+k8s: venv  ## re-render the JobSets in k8s/ from the command in each file's header (CI diffs them)
+	$(VENV)/bin/moekit render --refresh k8s
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check src tests

@@ -29,7 +29,7 @@ from conftest import REPO, losses, moekit
 
 pytestmark = pytest.mark.integration
 
-GOLDEN = REPO / "k8s" / "smoke-2node.yaml"
+GOLDEN = REPO / "k8s" / "smoke_2node.yaml"
 BIN = Path(sys.executable).parent
 
 
