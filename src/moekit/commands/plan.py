@@ -108,12 +108,14 @@ def format_text(p: dict[str, Any]) -> str:
             "",
             f"## step-time model at {s['compute_tflops']:g} TFLOP/s while computing ({s['compute_source']})",
             f"  compute {s['compute_s']:.3f} s + exposed comm {s['exposed_comm_s']:.3f} s"
-            f" (+ {s['overlapped_comm_s']:.3f} s overlappable) = {s['step_s']:.3f} s/step,"
+            f" + unhidden FSDP/DP {s['step_s'] - s['compute_s'] - s['exposed_comm_s']:.3f} s"
+            f" (of {s['overlapped_comm_s']:.3f} s overlappable) = {s['step_s']:.3f} s/step,"
             f" {s['tflops_per_device']:.0f} TFLOP/s per device",
         ]
     for row in p.get("scaling", []):
         lines.append(
-            f"  {row['gpus']:>6} GPUs  {row['step_s']:.3f} s/step  efficiency {row['efficiency']:.1%}  ({row['mesh']})"
+            f"  {row['gpus']:>6} GPUs  {row['step_s']:.4f} s/step  weak-scaling efficiency vs one slice "
+            f"{row['efficiency']:.2%}  ({row['mesh']})"
         )
     lines += ["", f"provenance: {p['provenance']}"]
     return "\n".join(lines)

@@ -107,6 +107,7 @@ def _step(m: network.StepModel) -> dict[str, float]:
         "compute_s": m.compute_s,
         "exposed_comm_s": m.exposed_s,
         "overlapped_comm_s": m.hidden_s,
+        "edge_comm_s": m.edge_s,
         "step_s": m.step_s,
         "tflops_per_device": m.tflops_per_device,
     }

@@ -232,11 +232,15 @@ def estimate(
             Item("optimizer states", p_local * sum(states), "device", f"{opt}: mu {states[0]} B + nu {states[1]} B")
         )
 
-    # One MoE layer's weights after the FSDP all-gather: current + prefetched layer + its unreduced gradient.
+    # One layer's weights after the FSDP all-gather: current + prefetched layer + its unreduced gradient
+    # (unsharded weights in the compute dtype are used in place).
     layer_moe = dims.layer_params(True) / tp + dims.experts * dims.mlp_params(dims.moe_mlp) / (ep * tp)
     layer_dense = dims.layer_params(False) / tp
     gathered = max(layer_moe if dims.moe_layers else 0, layer_dense if dims.dense_layers else 0)
-    items.append(Item("gathered layer weights", 3 * gathered * w, "device", "3 x one layer gathered over fsdp"))
+    if fsdp * ep > 1:
+        items.append(Item("gathered layer weights", 3 * gathered * w, "device", "3 x one layer gathered over fsdp"))
+    elif w != a:
+        items.append(Item("compute-dtype weight copy", gathered * a, "device", "one layer cast to the compute dtype"))
 
     rows, why_rows = routed_rows_per_token(dims, values, mesh)
     te_block = bool(values.get("te_moe_block"))

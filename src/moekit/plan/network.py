@@ -11,8 +11,9 @@ Collectives per device and step:
   weights over fsdp x expert.
 - Data parallelism: gradient all-reduce, 2 x shard x (d-1)/d.
 
-Step time = compute + EP (exposed: the dispatch sits between router and expert GEMMs) + whatever FSDP/DP
-traffic the compute cannot hide. docs/plan.md states what is calibrated and what is extrapolated.
+Step time = compute + EP (exposed: the dispatch sits between router and expert GEMMs) + the FSDP/DP
+traffic at the edges of the layer loop (first all-gather, last reduce-scatter) + whatever else of it the
+compute cannot hide. docs/plan.md states what is calibrated and what is extrapolated.
 """
 
 from __future__ import annotations
@@ -120,10 +121,12 @@ class StepModel:
     exposed_s: float
     hidden_s: float
     """Overlappable communication time (hidden while it is shorter than compute)."""
+    edge_s: float
+    """Part of the overlappable time nothing can hide: the first layer's all-gather, the last reduce-scatter."""
 
     @property
     def step_s(self) -> float:
-        return self.compute_s + self.exposed_s + max(0.0, self.hidden_s - self.compute_s)
+        return self.compute_s + self.exposed_s + self.edge_s + max(0.0, self.hidden_s - self.edge_s - self.compute_s)
 
     @property
     def tflops_per_device(self) -> float:
@@ -134,12 +137,15 @@ def step_model(dims: Dims, values: Mapping[str, Any], mesh: Mesh, links: Links, 
     """Step time of one device at `compute_tflops` achieved while computing (weak scaling: fixed tokens/device)."""
     flows = traffic(dims, values, mesh)
     flops = dims.train_flops()
+    hidden = sum(f.seconds(links) for f in flows if not f.exposed)
     return StepModel(
         mesh,
         flops,
         flops / (compute_tflops * 1e12),
         sum(f.seconds(links) for f in flows if f.exposed),
-        sum(f.seconds(links) for f in flows if not f.exposed),
+        hidden,
+        # 3 collectives per layer (forward gather, backward gather, reduce-scatter); 2 of 3L are at the edges
+        hidden * 2 / (3 * dims.layers),
     )
 
 
