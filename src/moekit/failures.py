@@ -41,7 +41,7 @@ CLASSES = (
         (
             r"nccl(Unhandled\w*|System|Internal|InvalidUsage|InvalidArgument|Remote)Error",
             r"NCCL (WARN|error|failure)",
-            r"NCCL operation .* failed",
+            r"NCCL operation\b.*\bfailed",
         ),
     ),
     FailureClass(

@@ -1,0 +1,122 @@
+"""Secrets never land on disk or in output: planted tokens are searched for in every file a run wrote."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import moekit
+from moekit import redact
+
+# Planted values: each one must never appear anywhere moekit or MaxText writes.
+HF = "hf_plantedTokenValue0123456789"
+WANDB = "wandb0123456789plantedKEY"
+SITE = "site-conf-planted-4711"
+EXTRA = "hfExtraPlanted98765"
+CFG_ENV = "cfgEnvPlanted55555"
+PLANTED = (HF, WANDB, SITE, EXTRA, CFG_ENV)
+
+ENV = {"HF_TOKEN": HF, "WANDB_API_KEY": WANDB, "NCCL_SITE_CONF": SITE}
+OVERRIDES = [
+    "run.secrets=[NCCL_SITE_CONF,MY_SITE_VAR]",  # NCCL_* is recorded; the config marks this one secret
+    f"maxtext.extra.hf_access_token={EXTRA}",
+    f"hardware.env.MY_SITE_VAR={CFG_ENV}",
+]
+
+
+@pytest.mark.parametrize(
+    "name, secret",
+    [
+        ("HF_TOKEN", True),
+        ("hf_access_token", True),
+        ("WANDB_API_KEY", True),
+        ("AWS_SECRET_ACCESS_KEY", True),
+        ("DB_PASSWORD", True),
+        ("GITHUB_TOKEN", True),
+        ("HFTOKEN", True),
+        ("ghApiKey", True),
+        ("my_credentials_file", True),
+        ("key_proj", False),  # a MaxText remat tensor, not a credential
+        ("MAX_TOKENS", False),
+        ("tokenizer_path", False),
+        ("NCCL_IB_HCA", False),
+        ("XLA_FLAGS", False),
+        ("PATH", False),
+        ("MONKEY", False),
+    ],
+)
+def test_secret_names(name, secret):
+    assert redact.is_secret_name(name) is secret
+
+
+def test_config_marks_further_names_secret():
+    assert redact.is_secret_name("NCCL_SITE_CONF", ["nccl_site_conf"])
+
+
+def test_numbers_are_not_secrets_but_strings_are():
+    tree = {"model": {"experts_per_token": 2}, "maxtext": {"extra": {"hf_access_token": "abc123xyz"}}}
+    assert redact.redact_tree(tree) == {
+        "model": {"experts_per_token": 2},
+        "maxtext": {"extra": {"hf_access_token": "<redacted>"}},
+    }
+    assert redact.secret_values({"HF_TOKEN": "x" * 8, "HOME": "/root"}, tree) == {"x" * 8, "abc123xyz"}
+
+
+def test_scrubber_replaces_values_anywhere_in_text():
+    scrub = redact.Scrubber({HF, "ab"})  # too short a value is left alone: it would mangle every line
+    assert scrub(f"Config param x: {HF}!") == "Config param x: <redacted>!"
+    assert scrub("ab cd") == "ab cd"
+    assert redact.redact_assignments([f"maxtext.extra.hf_access_token={EXTRA}", "train.steps=3"]) == [
+        "maxtext.extra.hf_access_token=<redacted>",
+        "train.steps=3",
+    ]
+
+
+def _assert_clean(text: str, where: str) -> None:
+    for value in PLANTED:
+        assert value not in text, f"a planted secret appears in {where}"
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_dry_run_redacts(fmt, tmp_path):
+    proc = moekit("train", "experiment=smoke", *OVERRIDES, "--dry-run", "--format", fmt, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    _assert_clean(proc.stdout + proc.stderr, "the dry-run output")
+    assert "<redacted>" in proc.stdout
+    if fmt == "json":
+        view = json.loads(proc.stdout)
+        assert view["env"]["MY_SITE_VAR"] == "<redacted>"
+        assert "hf_access_token='<redacted>'" in view["maxtext_args"]
+
+
+@pytest.mark.integration
+def test_training_run_writes_no_secret(tmp_path):
+    """A real run (with checkpoints, TensorBoard and MaxText's config log) with tokens in the environment and
+    the config: no file under the run directory, and neither stdout nor stderr, contains one."""
+    run = tmp_path / "run"
+    proc = moekit(
+        "train", "experiment=smoke", "train.steps=2", "checkpoint.every=1", f"run.dir={run}", *OVERRIDES, env=ENV
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
+    _assert_clean(proc.stdout + proc.stderr, "moekit's output")
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert any("tfevents" in p.name for p in files) and any("checkpoints" in p.parts for p in files)
+    for path in files:
+        data = path.read_bytes()
+        for value in PLANTED:
+            assert value.encode() not in data, f"{path.relative_to(run)} contains a planted secret"
+    job = json.loads((run / "job.json").read_text())
+    assert job["inherited_env"]["HF_TOKEN"] == "<redacted>"
+    assert job["inherited_env"]["NCCL_SITE_CONF"] == "<redacted>"
+    assert job["env"]["MY_SITE_VAR"] == "<redacted>"
+    assert "maxtext.extra.hf_access_token=<redacted>" in job["overrides"]
+    # The process still got the real values (MaxText needs its token): the log shows the key, not the value.
+    assert "hf_access_token" in (run / "job.json").read_text()
+
+
+def test_secret_free_config_round_trips():
+    """Redaction leaves everything that is not secret exactly as it was."""
+    proc = moekit("train", "experiment=smoke", "--dry-run", "--format", "json")
+    assert proc.returncode == 0
+    assert "<redacted>" not in proc.stdout
