@@ -1,0 +1,117 @@
+"""`moekit tune`: the sweep's gate and winner (pure), and a real sweep of CPU trainings through moekit train."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from conftest import REPO, moekit
+from moekit import tuning
+from moekit.commands.tune import preset_yaml
+from moekit.config.compose import compose
+
+
+def test_axes_expand_to_their_product():
+    got = tuning.expand(["moe=dense,tokamax", "train.per_device_batch_size=6,8"])
+    assert got == [
+        ["moe=dense", "train.per_device_batch_size=6"],
+        ["moe=dense", "train.per_device_batch_size=8"],
+        ["moe=tokamax", "train.per_device_batch_size=6"],
+        ["moe=tokamax", "train.per_device_batch_size=8"],
+    ]
+    with pytest.raises(ValueError, match="KEY=V1,V2"):
+        tuning.expand(["moe"])
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        tuning.parse_candidate("moe=dense xla")
+
+
+# Loss trajectories measured on one H200 (2026-12-02, ../shared/reference/h200-measurements.md): the
+# reference path, a path that agrees to 1e-3, and the host-offload run that drifts from the second step on.
+REF = [10.3800, 10.3253, 9.90, 9.40, 8.90, 8.40, 8.00, 7.80, 7.70, 7.685]
+SAME = [10.3800, 10.3258, 9.9004, 9.4009, 8.9003, 8.4006, 8.0008, 7.8004, 7.7005, 7.684]
+OFFLOAD = [10.3800, 10.3523, 9.95, 9.47, 8.99, 8.50, 8.11, 7.93, 7.85, 7.848]
+
+
+def test_loss_gate_passes_equal_paths_and_rejects_the_offload_drift():
+    ok, diff, bad = tuning.compare_losses(REF, SAME)
+    assert ok and diff < 2e-3 and bad is None
+    ok, diff, bad = tuning.compare_losses(REF, OFFLOAD)
+    assert not ok and bad == 1 and diff > 0.1
+    assert not tuning.compare_losses(REF, REF[:1])[0]  # one common step proves nothing
+
+
+@pytest.mark.parametrize(
+    "returncode, log, timed_out, status",
+    [
+        (0, "", False, "ok"),
+        (1, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating 122 GiB", False, "oom"),
+        (1, "ValueError: bad key", False, "failed"),
+        (None, "", True, "timeout"),
+    ],
+)
+def test_outcome_classes(returncode, log, timed_out, status):
+    assert tuning.classify(returncode, log, timed_out) == status
+
+
+def test_fastest_is_the_accepted_run_with_most_tokens_per_second():
+    runs = [
+        {"accepted": True, "tokens_per_s_per_device": 100.0, "overrides": ["a=1"]},
+        {"accepted": False, "tokens_per_s_per_device": 900.0, "overrides": ["b=1"]},  # fast but diverged
+        {"accepted": True, "tokens_per_s_per_device": 150.0, "overrides": ["c=1"]},
+    ]
+    assert tuning.fastest(runs)["overrides"] == ["c=1"]
+    assert tuning.fastest([runs[1]]) is None
+
+
+def test_written_preset_composes_to_the_winning_config(tmp_path, monkeypatch):
+    winner = ["experiment=smoke", "moe=dense", "train.per_device_batch_size=4", "maxtext.extra.attention=dot_product"]
+    best = {
+        "overrides": winner,
+        "tflops_per_device": 0.5,
+        "step_time_s": 1.25,
+        "run_dir": "/runs/c1",
+        "date": "2026-12-03",
+        "versions": {"jax": "0.12.0.1", "host": "h", "platform": "p"},
+    }
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    monkeypatch.setenv("MOEKIT_CONF_DIR", str(conf))
+    (conf / "experiment" / "smoke_tuned.yaml").write_text(preset_yaml("smoke_tuned", best))
+    tuned = compose(["experiment=smoke_tuned"])
+    direct = compose(winner)
+    assert tuned.moe == direct.moe and tuned.train == direct.train and tuned.maxtext == direct.maxtext
+    assert tuned.experiment_name == "smoke_tuned"
+    assert tuned.expect.provenance.kind == "measured" and tuned.expect.step_time_s == 1.25
+
+
+def test_invalid_candidates_stop_the_sweep_before_any_run(tmp_path):
+    proc = moekit("tune", "experiment=smoke", "--candidate", "moe=capacity", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "drops tokens" in proc.stderr and "Traceback" not in proc.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.integration
+def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path):
+    """Real CPU trainings: the base (also the loss reference), an equivalent path, a learning rate 1000x
+    larger (trains, but its losses leave the reference's), and a key MaxText rejects (the run fails)."""
+    base = ["experiment=smoke", "precision=fp32", "train.steps=3"]
+    proc = moekit(
+        "tune", *base,
+        "--candidate", "moe=dense",
+        "--candidate", "train.learning_rate=0.03",
+        "--candidate", "maxtext.extra.no_such_maxtext_key=1",
+        "--name", "smoke_tuned", "--out", str(tmp_path), "--timeout-s", "400",
+        timeout=1500,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+    record = json.loads((tmp_path / "tune.json").read_text())
+    by = {tuning.label(r["overrides"][len(base) :]): r for r in record["runs"] if r["role"] != "reference"}
+    assert by["(base)"]["accepted"] and by["moe=dense"]["accepted"]
+    assert by["train.learning_rate=0.03"]["status"] == "ok" and not by["train.learning_rate=0.03"]["accepted"]
+    assert by["maxtext.extra.no_such_maxtext_key=1"]["status"] == "failed"
+    assert record["winner"] in (by["(base)"]["overrides"], by["moe=dense"]["overrides"])
+    preset = yaml.safe_load((tmp_path / "smoke_tuned.yaml").read_text())
+    assert preset["experiment_name"] == "smoke_tuned" and preset["expect"]["provenance"]["kind"] == "measured"
