@@ -1,0 +1,149 @@
+"""`moekit report` on real smoke runs: tables, speed-ups, reference numbers, plots, damaged inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import statistics
+
+import pytest
+import yaml
+
+from conftest import moekit, shared_file
+from moekit.observe import published, rundata, summary
+from moekit.observe import report as rep
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def runs(smoke_sweep):
+    folder, proc = smoke_sweep
+    assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
+    return folder / "0", folder / "1"
+
+
+def _steady_median(run_dir) -> float:
+    times = [
+        json.loads(line)["perf/step_time_seconds"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
+    return statistics.median(times[summary.warmup_steps(times) :])
+
+
+@pytest.mark.integration
+def test_report_on_two_runs(runs, tmp_path):
+    a, b = runs
+    proc = moekit("report", str(a), str(b), "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "report.md").read_text()
+    for section in ("## Runs (measured)", "## Comparison", "## Against reference numbers", "## Plots", "## Notes"):
+        assert section in text
+    for png in ("step_time.png", "tflops.png", "loss.png"):
+        assert (tmp_path / png).read_bytes()[:8] == PNG and f"]({png})" in text
+    # The table carries the steady-state median read from the metrics files, hardware and versions.
+    ta, tb = _steady_median(a), _steady_median(b)
+    row_a = next(line for line in text.splitlines() if line.startswith("| moe=ragged_dot | smoke |"))
+    assert f"| {ta:.4f} |" in row_a and "| cpu x1 |" in row_a and "maxtext 0.2.5" in row_a
+    comparison = text.split("## Comparison")[1].split("##")[0]
+    assert f"| {ta / tb:.2f}x |" in comparison.strip().splitlines()[-1]  # speed-up of run 2 vs run 1
+    assert "| 1.00x |" in comparison
+    # The CPU has no peak, and tiny models have no published number: both said, nothing invented.
+    assert "MFU" in text and "no peak" in text
+    assert "No reference number concerns these runs' model (deepseek3-tiny)" in text
+    assert "| moe=dense |" in proc.stdout  # the table is printed too
+
+
+@pytest.mark.integration
+def test_single_run_report_goes_into_the_run_dir(runs, tmp_path):
+    run = tmp_path / "copy"
+    shutil.copytree(runs[0], run)
+    proc = moekit("report", str(run))
+    assert proc.returncode == 0, proc.stderr
+    assert (run / "report.md").is_file() and (run / "loss.png").is_file()
+    assert "## Comparison" not in (run / "report.md").read_text()
+
+
+@pytest.mark.integration
+def test_truncated_last_line_is_tolerated_and_reported(runs, tmp_path):
+    run = tmp_path / "cut"
+    shutil.copytree(runs[0], run)
+    metrics = run / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])  # killed mid-write
+    proc = moekit("report", str(run))
+    assert proc.returncode == 0, proc.stderr
+    assert "truncated" in proc.stdout
+    text = (run / "report.md").read_text()
+    assert "was cut off" in text and f"| {len(lines) - 1} (" in text
+
+
+@pytest.mark.integration
+def test_damaged_inputs_are_clear_errors(runs, tmp_path):
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(runs[0], corrupt)
+    lines = (corrupt / "metrics.jsonl").read_text().splitlines()
+    lines[1] = lines[1][:20]
+    (corrupt / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    missing = tmp_path / "missing"
+    shutil.copytree(runs[0], missing)
+    (missing / "metrics.jsonl").unlink()
+    cases = [
+        (corrupt, "metrics.jsonl:2 is not a MaxText metrics record"),
+        (missing, "no metrics file"),
+        (tmp_path / "nowhere", "is not a directory"),
+        (tmp_path, "not a moekit run directory"),
+    ]
+    for path, message in cases:
+        proc = moekit("report", str(path), "--out", str(tmp_path / "out"))
+        assert proc.returncode == 2, (path, proc.stdout)
+        assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()  # nothing written when an input is bad
+
+
+@pytest.mark.integration
+def test_mfu_and_published_comparison_use_the_measured_number(runs):
+    run = rundata.load(runs[0])
+    measured = run.summary["tflops_per_device"]
+    assert measured > 0
+    with_peak = summary.summarize(run.metrics, {"bf16": 989.0, "fp8": 1979.0})
+    assert with_peak["mfu"] == {"bf16": measured / 989.0, "fp8": measured / 1979.0}
+    # The same measurement, as if it came from the 671B model: each published entry gets one "x% of" row.
+    cfg = run.config | {"model": run.config["model"] | {"name": "deepseek3-671b"}}
+    as_671b = dataclasses.replace(run, config=cfg)
+    entries = published.load()
+    rows = rep.reference_rows([as_671b], ["r"], entries)
+    assert len(rows) == len(published.for_model(entries, "deepseek3-671b")) >= 1
+    blog = next(r for r in rows if "Transformer Engine" in r[-1])
+    assert blog[2] == "1068" and blog[-1].startswith(f"{measured / 1068:.1%} of NVIDIA technical blog")
+    # An experiment's expect: block is a reference too, and keeps its own kind (here: measured elsewhere).
+    expect = {"tflops_per_gpu": 2 * measured, "provenance": {"kind": "measured", "source": "earlier H200 run"}}
+    rows = rep.reference_rows([dataclasses.replace(run, config=run.config | {"expect": expect})], ["r"], entries)
+    assert rows == [
+        [
+            "r",
+            f"{measured:.4g} (cpu x1)",
+            f"{2 * measured:g}",
+            "measured (experiment expect:)",
+            "?",
+            "50.0% of earlier H200 run",
+        ]
+    ]
+
+
+def test_published_numbers_are_the_reference_facts():
+    entries = published.load()
+    # That file lists the studies, then (not valid YAML together with the list) peaks: keep the list.
+    studies = yaml.safe_load(shared_file("reference/published.yaml").read_text().split("\npeaks:")[0])
+    for e in entries:
+        match = [f for f in studies if f["source"] == e["source"]]
+        assert match, e["id"]
+        values = {f.get("tflops_per_gpu", f.get("optimized_tflops_per_gpu")) for f in match}
+        assert e["tflops_per_gpu"] in values, e["id"]
+    assert not any("peak" in k for e in entries for k in e)  # peaks live in conf/hardware only
+
+
+def test_warmup_detection():
+    assert summary.warmup_steps([9.0, 1.0, 1.1, 0.9, 1.0]) == 1
+    assert summary.warmup_steps([9.0, 4.0, 1.0, 1.1, 0.9]) == 2
+    assert summary.warmup_steps([1.0]) == 0
