@@ -23,6 +23,8 @@ OPEN_MAPPINGS = (
     "xla.env.",
     "hardware.env.",
     "network.env.",
+    "cluster.env.",
+    "cluster.node_selector.",
 )
 
 GROUPS = ("experiment", "model", "moe", "precision", "memory", "xla", "hardware", "cluster", "network", "data")

