@@ -27,7 +27,7 @@ LOCK = ".moekit.lock"
 # Top-level outputs of one attempt (per process: metrics.1.jsonl, maxtext.1.log, ...).
 ATTEMPT_FILES = ("metrics*.jsonl", "maxtext*.log")
 # Keys that may differ between attempts of one run.
-MAY_DIFFER = ("run.base_dir",)
+MAY_DIFFER = ("run.base_dir", "run.dir")  # a moved run directory resumes too
 
 
 class RunDirError(MoekitError):

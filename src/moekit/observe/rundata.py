@@ -62,7 +62,9 @@ def load(path: Path) -> Run:
         raise MetricsError(f"{path} is not a directory: give run directories made by `moekit train`.")
     cfg_path = path / rundir.CONFIG
     if not cfg_path.is_file():
-        raise MetricsError(f"{path} has no {rundir.CONFIG}: it is not a moekit run directory.")
+        raise MetricsError(
+            f"{path} has no {rundir.CONFIG}: it is not a moekit run directory; give directories made by `moekit train`."
+        )
     cfg = _read_mapping(cfg_path, yaml.safe_load)
     vers = _read_mapping(path / rundir.VERSIONS, json.loads) if (path / rundir.VERSIONS).is_file() else {}
     manifest = _read_mapping(path / rundir.MANIFEST, json.loads) if (path / rundir.MANIFEST).is_file() else {}
