@@ -96,6 +96,12 @@ CASES = [
         "cluster.namespace=default",
     ),
     ("render-no-target", ["render", "experiment=smoke"], "choose one target", "target=jobset"),
+    (
+        "jobset-inline-secret",
+        ["render", "experiment=smoke", "target=jobset", "cluster.env.HF_TOKEN=hf_abcdef123"],
+        "secret value would be written in plain text",
+        "cluster.secrets=[{env: HF_TOKEN",
+    ),
     # run directories (train run.dir=...)
     ("run-dir-is-file", [*S, "run.dir={tmp}/a-file"], "is a file, not a directory", "choose a new run.dir"),
     ("run-dir-not-a-run", [*S, "run.dir={tmp}/notes"], "not a moekit run directory", "choose a new run.dir"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from conftest import moekit
 from moekit import redact
@@ -120,3 +121,16 @@ def test_secret_free_config_round_trips():
     proc = moekit("train", "experiment=smoke", "--dry-run", "--format", "json")
     assert proc.returncode == 0
     assert "<redacted>" not in proc.stdout
+
+
+def test_jobset_takes_secrets_by_reference_only():
+    proc = moekit(
+        "render", "experiment=smoke", "target=jobset", "cluster.secrets=[{env: HF_TOKEN, secret: hf, key: token}]"
+    )
+    assert proc.returncode == 0, proc.stderr
+    manifest = yaml.safe_load(proc.stdout)
+    env = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    (hf,) = [e for e in env if e["name"] == "HF_TOKEN"]
+    assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
+    inline = moekit("render", "experiment=smoke", "target=jobset", f"maxtext.extra.hf_access_token={EXTRA}")
+    assert inline.returncode != 0 and EXTRA not in inline.stdout and "secretKeyRef" not in inline.stdout

@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 from moekit.config.schema import Config
 from moekit.errors import ConfigError
+from moekit.redact import is_secret_name
 
 
 class Problem(NamedTuple):
@@ -282,6 +283,24 @@ def jobset_names(cfg: Config) -> Iterator[Problem]:
             f"namespace '{c.namespace}' is not a DNS-1123 label (lower-case letters, digits and '-', <= 63)",
             "cluster.namespace=default, or the name `kubectl get namespaces` shows",
         )
+
+
+@check
+def no_inline_secrets(cfg: Config) -> Iterator[Problem]:
+    """A rendered manifest or batch script is a file people share: secrets go in by reference only."""
+    if cfg.cluster.kind == "local":
+        return  # a local run passes them to its processes and redacts them from everything it writes
+    sections = {"cluster.env": cfg.cluster.env, "hardware.env": cfg.hardware.env, "network.env": cfg.network.env}
+    sections |= {"memory.env": cfg.memory.env, "xla.env": cfg.xla.env, "maxtext.extra": cfg.maxtext.extra}
+    for where, mapping in sections.items():
+        for name, value in mapping.items():
+            if isinstance(value, str) and value and is_secret_name(name, cfg.run.secrets):
+                yield Problem(
+                    f"{where}.{name}",
+                    f"a secret value would be written in plain text into the cluster={cfg.cluster.kind} job",
+                    f"remove it and reference a Kubernetes Secret: cluster.secrets=[{{env: {name.upper()}, "
+                    "secret: SECRET_NAME, key: KEY}] (Slurm: export it in the submitting shell)",
+                )
 
 
 def problems(cfg: Config) -> list[Problem]:
