@@ -12,6 +12,7 @@ is stood in for by this checkout's virtual environment (`moekit` on PATH). A fai
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -286,3 +287,7 @@ def test_a_lost_pod_ends_the_group(tmp_path):
     assert alone.jobset == "Failed" and alone.codes[0] == 1, log0[-3000:]
     assert "training failed" in log0, log0[-3000:]
     assert alone.seconds < 150  # start-up plus the 20 s rendezvous timeout, not the 600 s default
+    # ... and says why: the classified failure, in its output and in the run's manifest.
+    assert "training failed: rendezvous timeout" in log0 and "troubleshooting.md#rendezvous-timeout" in log0
+    (manifest0,) = (tmp_path / "alone" / "smoke-workers-0-0").glob("outputs/*/*/manifest.json")
+    assert json.loads(manifest0.read_text())["failure"]["class"] == "rendezvous_timeout"
