@@ -26,11 +26,12 @@ _ESTIMATE = re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB")
 
 def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Train once; returns status (ok|oom|timeout|failed), the summary numbers, peak memory and losses."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    console = run_dir.parent / f"{run_dir.name}.out"  # beside it: moekit train wants run.dir new or its own
     argv = [sys.executable, "-m", "moekit", "train", *overrides, f"run.dir={run_dir}"]
     start = time.monotonic()
     timed_out = False
-    with open(run_dir / "moekit.out", "w") as out:
+    with open(console, "w") as out:
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ | (env or {}), start_new_session=True
         )
@@ -46,7 +47,7 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
                 proc.wait()
         _reap(run_dir)
     wall = time.monotonic() - start
-    log = _tail(run_dir / "maxtext.log") + _tail(run_dir / "moekit.out")
+    log = _tail(run_dir / "maxtext.log") + _tail(console)
     result: dict[str, Any] = {
         "overrides": overrides,
         "run_dir": str(run_dir),
