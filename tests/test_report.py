@@ -10,7 +10,7 @@ import statistics
 import pytest
 import yaml
 
-from conftest import moekit, shared_file
+from conftest import REPO, moekit, shared_file
 from moekit.observe import published, rundata, summary
 from moekit.observe import report as rep
 
@@ -147,3 +147,12 @@ def test_warmup_detection():
     assert summary.warmup_steps([9.0, 1.0, 1.1, 0.9, 1.0]) == 1
     assert summary.warmup_steps([9.0, 4.0, 1.0, 1.1, 0.9]) == 2
     assert summary.warmup_steps([1.0]) == 0
+
+
+def test_docs_peak_table_matches_the_hardware_files():
+    docs = (REPO / "docs" / "metrics.md").read_text()
+    for path in sorted((REPO / "conf" / "hardware").glob("*.yaml")):
+        hw = yaml.safe_load(path.read_text())
+        bf16, fp8 = hw["peak_tflops"]["bf16"], hw["peak_tflops"]["fp8"]
+        cells = f"| {hw['name']} | {'-' if bf16 is None else f'{bf16:g}'} | {'-' if fp8 is None else f'{fp8:g}'} |"
+        assert cells in docs, f"docs/metrics.md peak table disagrees with {path.name}: want {cells}"
