@@ -175,6 +175,7 @@ def test_goldens_exist_and_are_small_with_a_header():
             assert needle in head, (path, needle)
 
 
+@pytest.mark.integration  # spawns the CLI
 def test_goldens_equal_fresh_renders(tmp_path):
     """What `make k8s` does (moekit render --refresh), into a copy; any difference is a stale golden."""
     copy_dir = tmp_path / "k8s"
@@ -191,6 +192,7 @@ def test_goldens_validate():
         assert _problems(yaml.safe_load(path.read_text())) == [], path
 
 
+@pytest.mark.integration  # spawns kubectl
 def test_kustomize_builds_with_the_patches():
     kubectl = Path(sys.executable).parent / "kubectl"
     if not kubectl.exists():
@@ -204,6 +206,7 @@ def test_kustomize_builds_with_the_patches():
     assert _problems(m) == []
 
 
+@pytest.mark.integration  # spawns the CLI
 def test_cli_check_and_output(tmp_path):
     out = tmp_path / "job.yaml"
     proc = moekit(
@@ -213,6 +216,7 @@ def test_cli_check_and_output(tmp_path):
     assert "valid" in proc.stderr and yaml.safe_load(out.read_text())["kind"] == "JobSet"
 
 
+@pytest.mark.integration  # spawns the CLI
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -228,6 +232,7 @@ def test_cli_user_errors(args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.integration  # spawns the CLI
 def test_cli_check_fails_on_an_invalid_manifest():
     bad_env = "cluster.env.FOO='$(UNDEFINED)'"  # Kubernetes would leave it unexpanded
     proc = moekit("render", "experiment=smoke", "target=jobset", bad_env, "--check", "--crd", str(shared_file(CRD)))

@@ -11,6 +11,7 @@ Three layers, each returning readable problems (empty list = valid):
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ class ValidationSetupError(MoekitError):
 # ---- the CRD's structural schema as a strict JSON Schema ----
 
 
+@functools.cache
 def crd_schema(crd_path: Path, version: str = "v1alpha2") -> dict[str, Any]:
     """The openAPIV3Schema of one served version of the JobSet CRD, made strict (unknown fields rejected)."""
     try:
@@ -97,6 +99,7 @@ def crd_problems(manifest: dict[str, Any], schema: dict[str, Any]) -> list[str]:
 # ---- the job/pod templates against the Kubernetes API schemas ----
 
 
+@functools.cache  # the 1.30 definitions are 5 MB of JSON: parse once per process
 def _kubernetes_schema(version: str) -> tuple[dict[str, Any], Any]:
     import importlib_resources
     from referencing import Registry, Resource
