@@ -89,6 +89,8 @@ def test_options_queue_secrets_network():
         "network=ib",
     )
     assert m["metadata"]["labels"][jobset.QUEUE_LABEL] == "team-a" and m["spec"]["suspend"] is True
+    pod_labels = m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"]
+    assert jobset.QUEUE_LABEL not in pod_labels  # one Kueue workload: the JobSet, not each pod
     (c,) = m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
     hf = next(v for v in c["env"] if v["name"] == "HF_TOKEN")
     assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}

@@ -98,9 +98,9 @@ def _pod_spec(cfg: Config, overrides: Sequence[str]) -> dict[str, Any]:
 def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The JobSet for this config; `overrides` are the user's Hydra overrides, passed on to every pod."""
     c, name = cfg.cluster, job_name(cfg)
-    labels = {"app.kubernetes.io/name": "moekit", "moekit/experiment": name}
-    if c.queue:
-        labels[QUEUE_LABEL] = c.queue
+    pod_labels = {"app.kubernetes.io/name": "moekit", "moekit/experiment": name}
+    # Kueue admits the JobSet as one workload; the queue label stays off the pods.
+    labels = pod_labels | ({QUEUE_LABEL: c.queue} if c.queue else {})
     spec: dict[str, Any] = {}
     if c.queue:
         spec["suspend"] = True  # Kueue admits (unsuspends) it when quota is free
@@ -138,7 +138,7 @@ def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
                                 }
                             ]
                         },
-                        "template": {"metadata": {"labels": dict(labels)}, "spec": _pod_spec(cfg, overrides)},
+                        "template": {"metadata": {"labels": pod_labels}, "spec": _pod_spec(cfg, overrides)},
                     }
                 },
             }
