@@ -104,6 +104,8 @@ def recorded_command(path: Path) -> tuple[list[str], str | None]:
 
 def refresh(folder: Path) -> list[Path]:
     """Re-render every moekit-written manifest in `folder` in place; returns the files written."""
+    if not folder.is_dir():
+        raise MoekitError(f"--refresh {folder}: no such folder; give the folder of rendered manifests (k8s)")
     written = []
     for path in sorted(folder.glob("*")):
         if path.suffix not in (".yaml", ".sh") or path.name == "kustomization.yaml":
@@ -132,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print("moekit: valid (JobSet CRD, Kubernetes pod schema, JobSet webhook rules)", file=sys.stderr)
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(text)
     else:
         sys.stdout.write(text)
