@@ -158,6 +158,11 @@ def test_names_too_long_for_the_coordinator_label(smoke):
     assert any("coordinator label" in p and "at most 25" in p for p in found)
 
 
+def test_privileged_containers_are_refused(smoke):
+    _container(smoke)["securityContext"] = {"privileged": True}
+    assert any("privileged" in p for p in validate.webhook_problems(smoke))
+
+
 def test_name_that_is_not_dns_1035(smoke):
     bad = copy.deepcopy(smoke)
     bad["metadata"]["name"] = "9lives"

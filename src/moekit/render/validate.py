@@ -6,7 +6,7 @@ Three layers, each returning readable problems (empty list = valid):
 - the Kubernetes pod/job template schemas of a given API version (PyPI kubernetes-validate, strict),
 - the rules the JobSet webhook and the kubelet apply: DNS-1035 names that stay within 63 characters
   once the controller derives job, pod and coordinator names from them, and $(VAR) references that
-  Kubernetes can expand (defined earlier in `env`).
+  Kubernetes can expand (defined earlier in `env`); plus moekit's own: no privileged containers.
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def webhook_problems(manifest: dict[str, Any]) -> list[str]:
             out += _dns1035(pod, "generated pod name")
         pod_spec = job.get("template", {}).get("spec", {})
         for c in pod_spec.get("containers", []) + pod_spec.get("initContainers", []):
-            out += _env_problems(c)
+            out += _container_problems(c)
     co = spec.get("coordinator")
     if co:
         if co.get("replicatedJob") not in names:
@@ -204,9 +204,12 @@ def webhook_problems(manifest: dict[str, Any]) -> list[str]:
     return out
 
 
-def _env_problems(container: dict[str, Any]) -> list[str]:
+def _container_problems(container: dict[str, Any]) -> list[str]:
     out, defined = [], []
     where = f"container '{container.get('name')}'"
+    if container.get("securityContext", {}).get("privileged"):
+        # moekit's own rule, not the cluster's: RDMA needs IPC_LOCK and device plugins, never the whole host
+        out.append(f"{where}: privileged containers are refused; add capabilities (IPC_LOCK) instead")
     for var in container.get("env", []):
         for ref in references(str(var.get("value", ""))):
             if ref not in defined:
