@@ -87,3 +87,11 @@ def test_bad_requests_stop_before_training(args, message, tmp_path):
     assert proc.returncode == 2, proc.stdout
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "v").exists()
+
+
+def test_out_folder_in_use_is_refused(tmp_path):
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "verify.json").write_text("{}")
+    proc = moekit("verify", "experiment=smoke", "--candidate", "moe=dense", "--out", str(tmp_path / "v"))
+    assert proc.returncode == 2 and "is not empty" in proc.stderr
+    assert [p.name for p in (tmp_path / "v").iterdir()] == ["verify.json"]

@@ -97,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     base, candidates = plan(args)
     if args.out is not None:
         out = args.out
+        if out.is_dir() and any(out.iterdir()):
+            raise VerifyError(f"--out {out} is not empty; give a new folder (runs are never overwritten).")
         out.mkdir(parents=True, exist_ok=True)
     else:
         cfg = compose(base)
