@@ -17,14 +17,13 @@ from conftest import losses, moekit
 pytestmark = pytest.mark.integration
 
 STEPS = 5
-# Ring of experts is a raw MaxText key until the moe group grows an option for it.
 EP2 = [
     "moe=megablox",
+    "moe.dispatch=ring",
     "cluster.processes_per_node=2",
     "parallelism.ici.expert=2",
     "parallelism.ici.fsdp=1",
     "train.per_device_batch_size=1",
-    "maxtext.extra.use_ring_of_experts=true",
 ]
 
 
