@@ -102,7 +102,8 @@ def image(engine):
         str(REPO),
         timeout=1800,
     )
-    return IMAGE, base
+    yield IMAGE, base
+    engine.docker("image", "prune", "--force", check=False)  # earlier builds' untagged layers
 
 
 def _run_dir(stdout: str) -> str:
