@@ -27,9 +27,9 @@ for phase in "$@"; do
       # Every command module must import here, or every later `moekit` call fails the same way: stop now.
       python3 -c "import moekit.cli as c; c._parser()" >> "$OUT/preflight.txt" 2>&1 || { log "moekit cli broken"; exit 1; } ;;
     micro)
-      timeout 150 $MOEKIT bench gmm --backends tokamax,tokamax_triton,te --skews balanced,dirichlet:1.0,dirichlet:0.3 \
+      timeout ${GMM_TIMEOUT:-110} $MOEKIT bench gmm --backends tokamax,tokamax_triton,te --skews balanced,dirichlet:1.0,dirichlet:0.3 \
         --out "$OUT/gmm.json" > "$OUT/micro.txt" 2>&1; log "bench gmm rc=$?"
-      timeout 90 $MOEKIT bench dispatch --out "$OUT/dispatch.json" >> "$OUT/micro.txt" 2>&1; log "bench dispatch rc=$?" ;;
+      timeout ${DISPATCH_TIMEOUT:-60} $MOEKIT bench dispatch --out "$OUT/dispatch.json" >> "$OUT/micro.txt" 2>&1; log "bench dispatch rc=$?" ;;
     presets)
       timeout ${PRESETS_TIMEOUT:-540} python3 benchmarks/run_presets.py --out /tmp/presets --presets "$arg" \
         --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/presets.txt" 2>&1; log "presets rc=$?"
