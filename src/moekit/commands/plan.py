@@ -83,7 +83,13 @@ def format_text(p: dict[str, Any]) -> str:
     ]
     width = max(len(i["name"]) for i in mem["items"])
     for i in mem["items"]:
-        lines.append(f"  {i['name']:<{width}}  {i['gib']:9.2f} GiB  {i['place']:<6}  {i['how']}")
+        where = i["place"] if i["place"] == "host" else i["phase"]
+        lines.append(f"  {i['name']:<{width}}  {i['gib']:9.2f} GiB  {where:<6}  {i['how']}")
+    ph = mem["phases_gib"]
+    lines.append(
+        f"  {'device peak':<{width}}  = step {ph['step']:.2f} GiB"
+        f" + max(loss {ph['loss']:.2f}, layers {ph['layers']:.2f}) GiB"
+    )
     limit = f" of {mem['device_limit_gib']:.1f} GiB usable" if mem["device_limit_gib"] else ""
     cal = mem["calibration"]
     lines.append(

@@ -66,8 +66,12 @@ def build(
             "moe_layers": dims.moe_layers,
         },
         "memory": {
-            "items": [{"name": i.name, "gib": i.bytes / GIB, "place": i.place, "how": i.how} for i in mem.items],
+            "items": [
+                {"name": i.name, "gib": i.bytes / GIB, "place": i.place, "phase": i.phase, "how": i.how}
+                for i in mem.items
+            ],
             "device_gib": mem.total("device") / GIB,
+            "phases_gib": {ph: mem.phase_total(ph) / GIB for ph in ("step", "loss", "layers")},
             "host_gib": mem.total("host") / GIB,
             "device_limit_gib": mem.device_limit / GIB if mem.device_limit else None,
             "host_limit_gib": mem.host_limit / GIB if mem.host_limit else None,

@@ -50,6 +50,9 @@ JAX_DEFAULT_MEM_FRACTION = 0.75  # XLA_PYTHON_CLIENT_MEM_FRACTION (JAX GPU memor
 XLA_DEFAULT_HOST_POOL_GIB = 64  # XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB (per ../reference/blog-dsv3.yaml notes)
 
 Place = Literal["device", "host"]
+# When an item is live: the whole step, the loss (logits before the layer loop's backward starts), or the
+# layer loop's backward (gradient buffers of the scanned layers are allocated when it starts).
+Phase = Literal["step", "loss", "layers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,7 @@ class Item:
     bytes: float
     place: Place
     how: str
+    phase: Phase = "step"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +86,15 @@ class MemoryPlan:
     """Multiplier applied to the device total (1.0 = uncalibrated)."""
     notes: list[str] = field(default_factory=list)
 
+    def phase_total(self, phase: Phase) -> float:
+        return sum(i.bytes for i in self.items if i.place == "device" and i.phase == phase)
+
     def total(self, place: Place) -> float:
-        raw = sum(i.bytes for i in self.items if i.place == place)
-        return raw * self.calibration if place == "device" else raw
+        """Peak bytes: host items add up; device = whole-step items + the larger of the two phases."""
+        if place == "host":
+            return sum(i.bytes for i in self.items if i.place == "host")
+        peak = self.phase_total("step") + max(self.phase_total("loss"), self.phase_total("layers"))
+        return peak * self.calibration
 
     @property
     def warnings(self) -> list[str]:
@@ -224,7 +234,7 @@ def estimate(
     p_local = p_exp + p_other
     items = [
         Item("parameters", p_local * w, "device", f"{dims.total_params() / 1e9:.3g}B params / shards, {w} B each"),
-        Item("gradients", p_local * w, "device", f"same shards, weight dtype ({w} B)"),
+        Item("gradients", p_local * w, "device", f"same shards, weight dtype ({w} B)", "layers"),
     ]
     states = {"adamw": (mu, w), "adam_pax": (mu, w), "sgd": ()}.get(opt, (mu, w))
     if states:
@@ -238,9 +248,13 @@ def estimate(
     layer_dense = dims.layer_params(False) / tp
     gathered = max(layer_moe if dims.moe_layers else 0, layer_dense if dims.dense_layers else 0)
     if fsdp * ep > 1:
-        items.append(Item("gathered layer weights", 3 * gathered * w, "device", "3 x one layer gathered over fsdp"))
+        items.append(
+            Item("gathered layer weights", 3 * gathered * w, "device", "3 x one layer gathered over fsdp", "layers")
+        )
     elif w != a:
-        items.append(Item("compute-dtype weight copy", gathered * a, "device", "one layer cast to the compute dtype"))
+        items.append(
+            Item("compute-dtype weight copy", gathered * a, "device", "one layer cast to the compute dtype", "layers")
+        )
 
     rows, why_rows = routed_rows_per_token(dims, values, mesh)
     te_block = bool(values.get("te_moe_block"))
@@ -271,11 +285,20 @@ def estimate(
                 routed,
                 "device",
                 f"{buffer_rows:,.0f} rows ({why_rows}); routed tensors and gradients of one layer",
+                "layers",
             )
         )
-    items.append(Item("layer working set", other, "device", "attention and shared MLP of one layer, with gradients"))
     items.append(
-        Item("logits and loss", t * dims.vocab * (a + 4 + 4), "device", f"tokens x vocab {dims.vocab} (dtype + 2 fp32)")
+        Item("layer working set", other, "device", "attention and shared MLP of one layer, with gradients", "layers")
+    )
+    items.append(
+        Item(
+            "logits and loss",
+            t * dims.vocab * (a + 4 + 4),
+            "device",
+            f"tokens x vocab {dims.vocab} (dtype + 2 fp32)",
+            "loss",
+        )
     )
     if per_layer["offload"]:
         items.append(Item("offloaded activations", per_layer["offload"], "host", ", ".join(listed["offload"])))
