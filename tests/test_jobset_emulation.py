@@ -180,44 +180,59 @@ class Network:
 @dataclass
 class Outcome:
     codes: list[int | None]
+    """Exit codes of the last attempt's pods (negative: killed by that signal)."""
     jobset: str  # Completed | Failed | TimedOut
     seconds: float
+    restarts: int = 0
 
 
 def run_jobset(
     manifest: dict, workdir: Path, timeout_s: float, lose: dict[int, float] | None = None, controller: bool = True
 ) -> Outcome:
-    """Run every pod once (maxRestarts must be 0); with `controller`, the first failure ends the group.
+    """Run the JobSet; pods of attempt N live in workdir/attempt<N>/<hostname>.
 
     A failed pod fails its Job (backoffLimit: 0); the JobSet controller then deletes every Job, and with them
-    the pods still running. Without `controller`, survivors are left alone: they must end by themselves.
-    lose: pod index -> seconds after start at which that pod's node is lost (its processes are killed).
+    the pods still running, and recreates them (restart-attempt + 1) while restarts < maxRestarts, else the
+    JobSet has Failed. Without `controller`, survivors are left alone: they must end by themselves.
+    lose: pod index -> seconds after its attempt's start at which that pod's node is lost (processes killed).
     """
-    assert manifest["spec"]["failurePolicy"]["maxRestarts"] == 0, "the emulator runs one attempt"
-    pods = materialize(manifest)
-    start = time.monotonic()
+    max_restarts = manifest["spec"]["failurePolicy"]["maxRestarts"] if controller else 0
+    start, restarts = time.monotonic(), 0
     with Network() as net:
-        procs = [net.start(p, workdir / p.hostname, [q.fqdn for q in pods]) for p in pods]
-        state = "Running"
-        while state == "Running":
-            time.sleep(0.5)
-            elapsed = time.monotonic() - start
-            for i, t in (lose or {}).items():
-                if elapsed >= t and procs[i].poll() is None:
-                    os.killpg(procs[i].pid, signal.SIGKILL)
-            codes = [p.poll() for p in procs]
-            if all(c is not None for c in codes):
-                state = "Completed" if all(c == 0 for c in codes) else "Failed"
-            elif controller and any(c not in (None, 0) for c in codes):
-                state = "Failed"
-            elif elapsed > timeout_s:
-                state = "TimedOut"
-        for p in procs:  # pod deletion: the PID namespace goes, and every process in it
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-        for p in procs:
-            p.wait(timeout=30)
-    return Outcome([p.returncode for p in procs], state, time.monotonic() - start)
+        while True:
+            pods = materialize(manifest, restarts)
+            folder = workdir / f"attempt{restarts}"
+            codes, state = _attempt(net, pods, folder, start + timeout_s, lose or {}, controller)
+            if state != "Failed" or restarts >= max_restarts:
+                break
+            restarts += 1
+    return Outcome(codes, state, time.monotonic() - start, restarts)
+
+
+def _attempt(
+    net: Network, pods: list[Pod], folder: Path, deadline: float, lose: dict[int, float], controller: bool
+) -> tuple[list[int | None], str]:
+    begun = time.monotonic()
+    procs = [net.start(p, folder / p.hostname, [q.fqdn for q in pods]) for p in pods]
+    state = "Running"
+    while state == "Running":
+        time.sleep(0.5)
+        for i, t in lose.items():
+            if time.monotonic() - begun >= t and procs[i].poll() is None:
+                os.killpg(procs[i].pid, signal.SIGKILL)
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            state = "Completed" if all(c == 0 for c in codes) else "Failed"
+        elif controller and any(c not in (None, 0) for c in codes):
+            state = "Failed"
+        elif time.monotonic() > deadline:
+            state = "TimedOut"
+    for p in procs:  # pod deletion: the PID namespace goes, and every process in it
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    for p in procs:
+        p.wait(timeout=30)
+    return [p.returncode for p in procs], state
 
 
 # ---------- the tests ----------
@@ -246,11 +261,10 @@ def test_pod_env_is_materialized_from_the_manifest():
 
 def test_two_pods_train_with_identical_losses(tmp_path):
     _needs_namespaces()
-    manifest = yaml.safe_load(GOLDEN.read_text())
-    manifest["spec"]["failurePolicy"]["maxRestarts"] = 0  # one attempt: a failure here is a test failure
-    out = run_jobset(manifest, tmp_path, timeout_s=480)
-    logs = [tmp_path / f"smoke-workers-0-{i}" / "pod.log" for i in (0, 1)]
+    out = run_jobset(yaml.safe_load(GOLDEN.read_text()), tmp_path, timeout_s=480)
+    logs = [tmp_path / f"attempt{out.restarts}" / f"smoke-workers-0-{i}" / "pod.log" for i in (0, 1)]
     assert out.jobset == "Completed", (out.codes, [log.read_text()[-2000:] for log in logs])
+    assert out.restarts == 0
     first, second = _run_dir(logs[0]), _run_dir(logs[1])
     assert first.is_relative_to(logs[0].parent) and second.is_relative_to(logs[1].parent)  # own filesystems
     a, b = losses(first), losses(second, "metrics.1.jsonl")
@@ -259,8 +273,8 @@ def test_two_pods_train_with_identical_losses(tmp_path):
 
 
 def test_a_lost_pod_ends_the_group(tmp_path):
-    """Pod 1's node is lost at start. The JobSet ends the group at once; without a controller, pod 0 still
-    gives up by itself after cluster.rendezvous_timeout_s instead of waiting forever."""
+    """Pod 1's node is lost at start. The JobSet ends the group at once, restarts it once (maxRestarts 1) and
+    then fails; without a controller, pod 0 still gives up by itself after cluster.rendezvous_timeout_s."""
     _needs_namespaces()
     manifest_file = tmp_path / "jobset.yaml"
     proc = moekit(
@@ -269,7 +283,7 @@ def test_a_lost_pod_ends_the_group(tmp_path):
         "target=jobset",
         "cluster.nodes=2",
         "cluster.gpus_per_node=1",
-        "cluster.max_restarts=0",
+        "cluster.max_restarts=1",
         "cluster.rendezvous_timeout_s=20",
         "-o",
         str(manifest_file),
@@ -278,16 +292,17 @@ def test_a_lost_pod_ends_the_group(tmp_path):
     manifest = yaml.safe_load(manifest_file.read_text())
 
     grouped = run_jobset(manifest, tmp_path / "jobset", timeout_s=120, lose={1: 0.0})
-    assert grouped.jobset == "Failed" and grouped.codes[1] == -signal.SIGKILL
+    assert grouped.jobset == "Failed" and grouped.restarts == 1 and grouped.codes[1] == -signal.SIGKILL
     assert grouped.codes[0] == -signal.SIGKILL  # deleted with the group, not left waiting
     assert grouped.seconds < 30
+    assert (tmp_path / "jobset" / "attempt1" / "smoke-workers-0-0" / "pod.log").exists()  # recreated once
 
     alone = run_jobset(manifest, tmp_path / "alone", timeout_s=240, lose={1: 0.0}, controller=False)
-    log0 = (tmp_path / "alone" / "smoke-workers-0-0" / "pod.log").read_text()
+    log0 = (tmp_path / "alone" / "attempt0" / "smoke-workers-0-0" / "pod.log").read_text()
     assert alone.jobset == "Failed" and alone.codes[0] == 1, log0[-3000:]
     assert "training failed" in log0, log0[-3000:]
     assert alone.seconds < 150  # start-up plus the 20 s rendezvous timeout, not the 600 s default
     # ... and says why: the classified failure, in its output and in the run's manifest.
     assert "training failed: rendezvous timeout" in log0 and "troubleshooting.md#rendezvous-timeout" in log0
-    (manifest0,) = (tmp_path / "alone" / "smoke-workers-0-0").glob("outputs/*/*/manifest.json")
+    (manifest0,) = (tmp_path / "alone" / "attempt0" / "smoke-workers-0-0").glob("outputs/*/*/manifest.json")
     assert json.loads(manifest0.read_text())["failure"]["class"] == "rendezvous_timeout"
