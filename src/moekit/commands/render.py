@@ -16,6 +16,7 @@ from moekit.config.checks import ensure_valid
 from moekit.config.compose import compose
 from moekit.config.schema import Config
 from moekit.errors import ConfigError, MoekitError
+from moekit.render import compose as compose_target
 from moekit.render import document, jobset, slurm
 from moekit.render import validate as val
 
@@ -44,7 +45,14 @@ def _jobset_check(text: str, args: argparse.Namespace, cfg: Config) -> list[str]
 
 
 def _version_key(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in v.split("."))
+    try:
+        return tuple(int(p) for p in v.split("."))
+    except ValueError:
+        raise MoekitError(f"--kubernetes {v}: give a version such as 1.30") from None
+
+
+def _compose_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
+    return document.yaml_text(compose_target.project(cfg, overrides), head)
 
 
 def _slurm_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
@@ -55,6 +63,7 @@ def _slurm_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
 TARGETS: dict[str, Target] = {
     "jobset": Target("jobset", _jobset_text, _jobset_check),
     "slurm": Target("slurm", _slurm_text, None),
+    "compose": Target("jobset", _compose_text, None),  # one service per JobSet pod, on one Docker host
 }
 
 
@@ -87,7 +96,7 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
         )
     cfg = ensure_valid(compose([*rest, f"cluster={target.cluster}"] if not chosen else rest))
     command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
-    what = {"jobset": "JobSet", "slurm": "Slurm batch script"}.get(name, name)
+    what = {"jobset": "JobSet", "slurm": "Slurm batch script", "compose": "Compose project"}.get(name, name)
     head = document.header(cfg, what, command, moekit.__version__)
     return target.render(cfg, rest, head), cfg, target
 
