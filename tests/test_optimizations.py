@@ -28,7 +28,7 @@ LADDER = [  # rung, the group it changes (blog order: NVIDIA tech blog 2026-09-1
     ("dsv3_ladder_4_offload", "memory"),
     ("dsv3_ladder_5_nccl_ep", "moe"),
 ]
-# What names the run rather than configures it.
+# What names the run rather than configures it (cluster.name too, removed in settings()).
 NAMING = {"experiment_name", "expect"}
 
 
@@ -39,6 +39,13 @@ def translated(experiment: str | None, overrides=()) -> tuple[dict[str, str], di
     flags = dict(f.removeprefix("--").split("=", 1) for f in job.xla_flags)
     env = {k: v for k, v in job.env_dict.items() if k != "XLA_FLAGS"}
     return args, flags, env
+
+
+def settings(experiment: str) -> dict:
+    """The composed config without what only names the run (experiment name, expectations, JobSet name)."""
+    d = {k: v for k, v in compose(experiment).to_dict().items() if k not in NAMING}
+    d["cluster"].pop("name")
+    return d
 
 
 def changed(a: dict, b: dict) -> set[str]:
@@ -102,8 +109,8 @@ def test_dry_run_json_of_dsv3_blog_on_this_machine():
 @pytest.mark.parametrize("i", range(1, len(LADDER)), ids=[r for r, _ in LADDER[1:]])
 def test_ladder_rung_differs_from_the_previous_by_its_optimization_only(i):
     (prev, _), (rung, group) = LADDER[i - 1], LADDER[i]
-    a, b = compose(prev).to_dict(), compose(rung).to_dict()
-    assert {k for k in a if a[k] != b[k]} - NAMING == {group}
+    a, b = settings(prev), settings(rung)
+    assert {k for k in a if a[k] != b[k]} == {group}
     # The translation follows: every MaxText key, XLA flag and env var that changes was set by that group.
     before, after = footprint(prev), footprint(rung)
     moved = changed({k: v for k, (v, _) in before.items()}, {k: v for k, (v, _) in after.items()}) - {"arg run_name"}
@@ -128,7 +135,7 @@ def test_ladder_ends_at_dsv3_blog_and_sweeps_in_blog_order():
     last = [a for a in build(compose(LADDER[-1][0]), "/r", "/r/m").maxtext_args if not a.startswith(strip)]
     blog = [a for a in build(compose("dsv3_blog"), "/r", "/r/m").maxtext_args if not a.startswith(strip)]
     assert last == blog
-    assert compose(LADDER[0][0]).to_dict() | {"experiment_name": "dsv3_baseline"} == compose("dsv3_baseline").to_dict()
+    assert settings(LADDER[0][0]) == settings("dsv3_baseline")
     from moekit.commands.multirun import expand
 
     assert [o[0].split("=")[1] for o in expand(["experiment=glob(dsv3_ladder_*)"])] == [r for r, _ in LADDER]
