@@ -51,6 +51,7 @@ def crd_schema(crd_path: Path, version: str = "v1alpha2") -> dict[str, Any]:
         docs = [d for d in yaml.safe_load_all(Path(crd_path).read_text()) if d]
     except (OSError, yaml.YAMLError) as exc:
         raise ValidationSetupError(f"cannot read the JobSet CRD at {crd_path}: {exc}; {CRD_HINT}") from None
+    docs += [item for d in docs if d.get("kind") == "List" for item in d.get("items", [])]  # kubectl get -o yaml
     for doc in docs:
         if doc.get("kind") != "CustomResourceDefinition" or doc["spec"].get("group") != "jobset.x-k8s.io":
             continue
