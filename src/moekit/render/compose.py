@@ -1,0 +1,61 @@
+"""Render a composed config as a Docker Compose project, as plain data (pure).
+
+One service per node, each the pod a JobSet would run (render/jobset.py): the same image, entrypoint and
+command, the pod's host name <job>-workers-0-<node>.<job> and the rendezvous environment that
+rendezvous.from_jobset reads. So a multi-node job can be wired and tested on one host, CPU included.
+On GPU hardware each service gets its own cluster.gpus_per_node GPUs of the host (by device id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from moekit import rendezvous as rz
+from moekit.config.schema import Config
+from moekit.render import jobset
+
+NETWORK = "jobset"
+STACK_BYTES = 64 * 2**20  # NVIDIA's JAX containers recommend a 64 MiB stack
+RUNS_MOUNT = "/workspace/outputs"  # the image's run directories (Dockerfile WORKDIR /workspace)
+
+
+def host(cfg: Config, node: int) -> str:
+    return f"{jobset.job_name(cfg)}-{jobset.WORKERS}-0-{node}"
+
+
+def service(cfg: Config, overrides: Sequence[str], node: int) -> dict[str, Any]:
+    c, name = cfg.cluster, jobset.job_name(cfg)
+    env: dict[str, str | None] = {
+        rz.JOBSET_COORDINATOR_HOST: f"{host(cfg, 0)}.{name}",
+        rz.JOBSET_COORDINATOR_PORT: str(c.coordinator_port),
+        rz.JOBSET_NUM_NODES: str(c.nodes),
+        rz.JOBSET_NODE_RANK: str(node),
+    }
+    env |= {s.env: None for s in c.secrets}  # null: taken from the shell that runs `docker compose`
+    env |= {k: str(v) for k, v in c.env.items()}
+    svc: dict[str, Any] = {
+        "image": f"${{MOEKIT_IMAGE:-{c.image}}}",
+        "hostname": host(cfg, node),
+        "domainname": name,
+        "command": jobset.pod_command(cfg, overrides)[1:],  # the image's entrypoint runs moekit
+        "environment": env,
+        "networks": {NETWORK: {"aliases": [f"{host(cfg, node)}.{name}"]}},
+        "ulimits": {"memlock": -1, "stack": STACK_BYTES},
+        "volumes": [f"${{MOEKIT_RUNS:-./outputs}}/node-{node}:{RUNS_MOUNT}"],
+    }
+    if cfg.hardware.platform == "gpu":
+        ids = [str(node * c.gpus_per_node + i) for i in range(c.gpus_per_node)]
+        svc["ipc"] = "host"
+        gpus = {"driver": "nvidia", "device_ids": ids, "capabilities": ["gpu"]}
+        svc["deploy"] = {"resources": {"reservations": {"devices": [gpus]}}}
+    return svc
+
+
+def project(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The compose project for this config; `overrides` are the user's Hydra overrides, passed to every node."""
+    return {
+        "name": f"moekit-{jobset.job_name(cfg)}",
+        "services": {f"node-{n}": service(cfg, overrides, n) for n in range(cfg.cluster.nodes)},
+        "networks": {NETWORK: {}},
+    }
