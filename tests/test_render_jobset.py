@@ -268,3 +268,24 @@ def test_slurm_script(tmp_path):
 def test_experiment_compose_with_jobset_cluster():
     cfg = compose("dsv3_blog", ["cluster=jobset"])
     assert cfg.cluster.kind == "jobset" and jobset.job_name(cfg) == "dsv3-blog"
+
+
+def test_documented_site_settings_render_and_validate():
+    """The override forms docs/kubernetes.md gives for site settings."""
+    m = _render(
+        "experiment=smoke",
+        "target=jobset",
+        "++cluster.node_selector={nvidia.com/gpu.product: NVIDIA-GB300}",
+        "cluster.tolerations=[{key: dedicated, operator: Equal, value: ml, effect: NoSchedule}]",
+        "cluster.env.NCCL_DEBUG=INFO",
+        "cluster.env.LOG_DIR='/logs/$(MOEKIT_NUM_NODES)'",
+        "cluster.service_account=trainer",
+    )
+    pod = m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-GB300"}
+    assert pod["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]
+    assert pod["serviceAccountName"] == "trainer"
+    env = {v["name"]: v.get("value") for v in pod["containers"][0]["env"]}
+    assert env["NCCL_DEBUG"] == "INFO" and env["LOG_DIR"] == "/logs/$(MOEKIT_NUM_NODES)"
+    assert "cluster.env.LOG_DIR='/logs/$$(MOEKIT_NUM_NODES)'" in pod["containers"][0]["command"]
+    assert _problems(m) == []
