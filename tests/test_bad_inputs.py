@@ -7,6 +7,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -69,6 +70,12 @@ CASES = [
         "cluster.processes_per_node=8",
     ),
     ("local-multinode", [*S, "cluster.nodes=2"], "runs on one host", "cluster=jobset"),
+    (
+        "coordinator-port-taken",
+        [*S, "cluster.processes_per_node=2", "cluster.coordinator_port={port}"],
+        "is in use on this host",
+        "(a free port)",
+    ),
     ("jobset-outside-pod", [*S, "cluster=jobset", "cluster.gpus_per_node=1"], "MOEKIT_COORDINATOR_HOST", "render"),
     # hardware features, token dropping
     ("mxfp8-on-hopper", [*S, "hardware=h200", "precision=mxfp8", "moe=tokamax"], "Blackwell", "precision=fp8"),
@@ -173,7 +180,11 @@ def playground(tmp_path_factory):
 
 @pytest.mark.parametrize("case, argv, problem, fix", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(case, argv, problem, fix, playground):
-    argv = [a.replace("{tmp}", str(playground)) for a in argv]
+    taken = socket.socket()  # a port another job listens on
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = str(taken.getsockname()[1])
+    argv = [a.replace("{tmp}", str(playground)).replace("{port}", port) for a in argv]
     if argv[0] == "train":
         argv.append(f"run.base_dir={playground}/outputs")
     before = _snapshot(playground)
@@ -184,6 +195,7 @@ def test_bad_input(case, argv, problem, fix, playground):
     try:
         proc = moekit(*argv, timeout=120)
     finally:
+        taken.close()
         if lock is not None:
             os.close(lock)
     out = proc.stdout + proc.stderr

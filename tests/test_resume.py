@@ -15,11 +15,9 @@ import pytest
 
 from conftest import REPO, losses, moekit
 
-pytestmark = pytest.mark.integration
-
-STEPS = 8
+STEPS = 12
 # fp32: the comparison is about resuming, not about bf16 reduction order.
-COMMON = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}", "checkpoint.every=2"]
+COMMON = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}", "checkpoint.every=3"]
 
 
 def _steps(path: Path) -> list[int]:
@@ -43,7 +41,10 @@ def _alive_workers(run: Path) -> list[int]:
 
 
 def _kill_after_checkpoint(run: Path, timeout_s: float = 420) -> None:
-    """Start the run, SIGKILL moekit once the checkpoint of step 2 is committed and step 3 has run."""
+    """Start the run, SIGKILL moekit once the checkpoint of step 3 is committed and step 4 has run.
+
+    Checkpoints of steps 6, 9 and 11 are still to come then, so the run cannot finish before the kill lands.
+    """
     proc = subprocess.Popen(
         [sys.executable, "-m", "moekit", *COMMON, f"run.dir={run}"],
         cwd=REPO,
@@ -55,13 +56,13 @@ def _kill_after_checkpoint(run: Path, timeout_s: float = 420) -> None:
     try:
         while time.monotonic() < deadline:
             assert proc.poll() is None, "the run ended before it could be killed"
-            ckpt = (run / "smoke" / "checkpoints" / "2").is_dir()
+            ckpt = (run / "smoke" / "checkpoints" / "3").is_dir()
             metrics = run / "metrics.jsonl"
-            if ckpt and metrics.is_file() and max(_steps_partial(metrics), default=-1) >= 3:
+            if ckpt and metrics.is_file() and max(_steps_partial(metrics), default=-1) >= 4:
                 break
-            time.sleep(0.1)
+            time.sleep(0.05)
         else:
-            pytest.fail("no checkpoint of step 2 within the time limit")
+            pytest.fail("no checkpoint of step 3 within the time limit")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # moekit only: its workers run in sessions of their own
         proc.wait()
@@ -77,6 +78,41 @@ def _steps_partial(path: Path) -> list[int]:
     return out
 
 
+def _write(path: Path, steps: range, tag: str, cut: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(json.dumps({"step": s, "tag": tag}) + "\n" for s in steps)
+    path.write_text(text + ('{"step": 9, "ta' if cut else ""))
+
+
+@pytest.mark.parametrize(
+    "first, second, expected",
+    [
+        # resumed from the checkpoint of step 3 after the first attempt got to step 5 (and was cut mid-line)
+        (range(0, 6), range(4, 8), ["a"] * 4 + ["b"] * 4),
+        # no checkpoint: the second attempt starts again at 0 and replaces everything, even steps it never reached
+        (range(0, 6), range(0, 3), ["b"] * 3),
+        # the second attempt died before its first step
+        (range(0, 6), range(0, 0), ["a"] * 6),
+    ],
+    ids=["resumed", "restarted", "empty-retry"],
+)
+def test_merge_keeps_one_record_per_step(tmp_path, first, second, expected):
+    from moekit import attempts
+
+    _write(tmp_path / "metrics.jsonl", first, "a", cut=True)
+    _write(tmp_path / "metrics.1.jsonl", first, "a")
+    assert attempts.set_aside(tmp_path) == 2
+    assert sorted(p.name for p in (tmp_path / "attempts" / "1").iterdir()) == ["metrics.1.jsonl", "metrics.jsonl"]
+    _write(tmp_path / "metrics.jsonl", second, "b")
+    _write(tmp_path / "metrics.1.jsonl", second, "b")
+    assert attempts.merge_metrics(tmp_path) == ["metrics.1.jsonl", "metrics.jsonl"]
+    for name in ("metrics.jsonl", "metrics.1.jsonl"):
+        rows = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
+        assert [r["step"] for r in rows] == list(range(len(expected)))
+        assert [r["tag"] for r in rows] == expected
+
+
+@pytest.mark.integration
 def test_killed_run_resumes_with_the_same_losses(tmp_path):
     ref = moekit(*COMMON, f"run.dir={tmp_path / 'ref'}")
     assert ref.returncode == 0, ref.stderr + ref.stdout[-2000:]
@@ -97,7 +133,7 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
 
     # Exactly one record per step, all steps present, although the killed attempt ran past its checkpoint.
     assert _steps(run / "metrics.jsonl") == list(range(STEPS))
-    assert max(killed_steps) >= 3
+    assert max(killed_steps) >= 4  # steps past the checkpoint, run again after resuming
     assert _steps_partial(run / "attempts" / "1" / "metrics.jsonl") == killed_steps
     a, b = losses(tmp_path / "ref"), losses(run)
     assert len(a) == len(b) == STEPS
@@ -105,7 +141,7 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
 
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "ok" and manifest["attempt"] == 2
-    assert manifest["resumed_from_checkpoint"] >= 2
+    assert manifest["resumed_from_checkpoint"] >= 3
     assert [h["status"] for h in manifest["attempts"]] == ["failed", "ok"]
     assert manifest["attempts"][0]["failure"]["class"] == "killed"
     assert json.loads((run / "summary.json").read_text())["steps"] == STEPS

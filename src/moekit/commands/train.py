@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -77,6 +78,28 @@ def redacted_job(job: jobmod.Job, names: list[str]) -> jobmod.Job:
     return jobmod.Job(args, job.xla_flags, env)
 
 
+def ensure_port_free(cfg: Config) -> None:
+    """Two local multi-process jobs on one coordinator port would join each other's rendezvous (gRPC shares the
+    port), and fail much later in confusing ways: refuse a port that is already taken, before launching."""
+    if cfg.cluster.kind != "local" or cfg.num_processes == 1:
+        return
+    port = cfg.cluster.coordinator_port
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed job's TIME_WAIT is no conflict
+        try:
+            probe.bind(("", port))
+            return
+        except OSError:
+            pass
+    with socket.socket() as free:
+        free.bind(("", 0))
+        suggestion = free.getsockname()[1]
+    raise rz.RendezvousError(
+        f"cluster.coordinator_port={port} is in use on this host (another multi-process job?); nothing was "
+        f"launched. Fix: cluster.coordinator_port={suggestion} (a free port), or wait for the other job to end."
+    )
+
+
 def resolve_run_dir(cfg: Config, now: datetime, config_view: dict[str, Any]) -> tuple[Path, dict | None]:
     """The run directory and, when run.dir names an unfinished run of this config, its previous manifest."""
     if cfg.run.dir:
@@ -136,6 +159,7 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
         return 0
 
     procs = jobmod.processes(cfg, environ)
+    ensure_port_free(cfg)
     run, previous = resolve_run_dir(cfg, now, config_view)
     with attempts.locked(run):
         return _run(cfg, run, previous, procs, environ, overrides, shown_overrides, config_view, scrub, now)
