@@ -91,6 +91,12 @@ def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> 
             f"  valid keys{' under ' + parent if parent else ''}: {_valid_keys(parent)}\n"
             f"  fix: correct the spelling; to pass a raw MaxText key use maxtext.extra.{key.split('.')[-1]}=VALUE"
         )
+    if "Ambiguous value" in first:
+        return (
+            f"could not compose the configuration: {first}\n"
+            "  a comma-separated value is a sweep: run one job per value with `moekit train -m ...`,\n"
+            "  or write a list as key=[a,b]"
+        )
     return (
         f"could not compose the configuration: {first}\n"
         "  fix: write each override as key=value (lists as key=[a,b]; quote values with spaces or brackets)"
