@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from moekit import rundir
+from moekit import redact, rundir
 from moekit.config.checks import ensure_valid
 from moekit.config.compose import compose, group_options
 from moekit.errors import ConfigError
@@ -85,16 +85,17 @@ def run_sweep(overrides: Sequence[str], dry_run: bool = False) -> int:
         ensure_valid(compose(r))
     if dry_run:
         print(f"# multirun: {len(runs)} run(s)")
-        print("\n".join(f"[{i}] {' '.join(r)}" for i, r in enumerate(runs)))
+        print("\n".join(f"[{i}] {' '.join(redact.redact_assignments(r))}" for i, r in enumerate(runs)))
         return 0
     folder, runs = sweep_dir(runs, datetime.now(UTC))
     print(f"moekit: multirun of {len(runs)} run(s) -> {folder}", flush=True)
     record: list[dict] = []
     for i, r in enumerate(runs):
         where = folder / str(i)
-        print(f"moekit: [{i}/{len(runs)}] {' '.join(r)}", flush=True)
+        shown = redact.redact_assignments(r, compose(r).run.secrets)  # never print or record a secret
+        print(f"moekit: [{i}/{len(runs)}] {' '.join(shown)}", flush=True)
         rc = train_cmd.train([*r, f"run.dir={where}"])
-        record.append({"index": i, "overrides": r, "run_dir": str(where), "returncode": rc})
+        record.append({"index": i, "overrides": shown, "run_dir": str(where), "returncode": rc})
         rundir.write_json(folder / SWEEP, record)
     done = [Path(e["run_dir"]) for e in record if (Path(e["run_dir"]) / rundir.METRICS).is_file()]
     if done:
