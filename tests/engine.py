@@ -71,7 +71,7 @@ class Engine:
 
     def start(self, timeout_s: float = 120) -> None:
         self.data_root.mkdir(parents=True, exist_ok=True)
-        self._lock = open(self.data_root.parent / "docker.lock", "w")  # noqa: SIM115 (held until stop)
+        self._lock = open(self.data_root.parent / "docker.lock", "w")  # held until stop()
         fcntl.flock(self._lock, fcntl.LOCK_EX)  # another test run using this data directory finishes first
         argv = [
             DOCKERD,
@@ -162,7 +162,7 @@ def standin_tag() -> str:
 
 
 def ensure_standin(engine: Engine, log=print) -> str:
-    """The stand-in base image's tag, made now if the engine does not have it yet (about 3-4 minutes)."""
+    """The stand-in base image's tag, made now if the engine lacks it (minutes: debootstrap, pip, import)."""
     tag = standin_tag()
     if engine.has_image(tag):
         return tag
