@@ -24,9 +24,10 @@ WORKDIR /opt/moekit
 COPY pyproject.toml README.md ./
 COPY src ./src
 # Every package the base already has is pinned at its installed version, so pip adds moekit and what it
-# lacks (Hydra, ...) but never replaces the base's JAX, Transformer Engine or MaxText.
+# lacks (Hydra, ...) but never replaces the base's JAX, Transformer Engine or MaxText. The base installs
+# into its system Python, which Ubuntu marks externally managed (PEP 668); so does moekit.
 RUN python3 -m pip list --format=freeze > /tmp/base-packages.txt \
- && python3 -m pip install --no-cache-dir --root-user-action=ignore -c /tmp/base-packages.txt /opt/moekit \
+ && PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --no-cache-dir --root-user-action=ignore -c /tmp/base-packages.txt /opt/moekit \
  && rm -rf /opt/moekit/src /opt/moekit/build /tmp/base-packages.txt
 
 COPY conf ./conf
