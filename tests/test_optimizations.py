@@ -212,6 +212,7 @@ GUARDS = [  # id, experiment, overrides, key of the problem, words in it
     ("te-small-buffer", BASE, ["moe=te", "moe.ragged_buffer_factor=0.5"], "moe.ragged_buffer_factor", ">= 1.0"),
     ("nccl-ep-without-te", BASE, ["moe.dispatch=nccl_ep"], "moe.dispatch", "TE MoE block only"),
     ("ring-without-ep", "smoke", ["moe.dispatch=ring"], "moe.dispatch", "expert parallelism is 1"),
+    ("ring-needs-grouped", BASE, ["moe=dense", "moe.dispatch=ring"], "moe.dispatch", "never reads it"),
     (
         "cpu-ragged-all-to-all",
         "smoke",

@@ -225,6 +225,12 @@ def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
             "set parallelism.ici.expert (or parallelism.dcn.expert) above 1, or moe.dispatch=ragged_all_to_all",
         )
     grouped = moe.backend in ("tokamax", "ragged_dot", "megablox")
+    if moe.dispatch == "ring" and not grouped:
+        yield Problem(
+            "moe.dispatch",
+            f"ring of experts is part of MaxText's grouped-GEMM layer; moe={moe.backend} never reads it",
+            "moe=tokamax|ragged_dot|megablox with moe.dispatch=ring, or moe.dispatch=ragged_all_to_all",
+        )
     if cfg.hardware.platform == "cpu" and grouped and ep > 1 and not uses_ring_of_experts(cfg):
         yield Problem(
             "moe.dispatch",
