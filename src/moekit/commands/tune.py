@@ -51,20 +51,21 @@ def _plan(args: argparse.Namespace) -> tuple[list[list[str]], dict[tuple, list[s
         reference = tuning.parse_candidate(args.reference) if args.reference else []
     except ValueError as exc:
         raise MoekitError(f"{exc}\n  fix: --axis KEY=V1,V2 and --candidate 'KEY=VALUE KEY=VALUE'") from None
-    candidates, seen = [], set()
-    for c in [[], *extra]:
-        key = tuple(args.overrides + c)
-        if key not in seen:
-            seen.add(key)
-            candidates.append(args.overrides + c)
+    candidates, seen = [], []
     references: dict[tuple, list[str]] = {}
     bad = []
-    for ov in candidates:  # compose and check everything before the first run
+    for c in [[], *extra]:  # compose and check everything before the first run; run each config once
+        ov = args.overrides + c
         try:
-            batch = tuning.batch_key(ensure_valid(compose(ov)).to_dict())
+            cfg = ensure_valid(compose(ov)).to_dict()
         except ConfigError as exc:
             bad.append(f"  {tuning.label(ov)}:\n    {str(exc).replace(chr(10), chr(10) + '    ')}")
             continue
+        if cfg in seen:
+            continue
+        seen.append(cfg)
+        candidates.append(ov)
+        batch = tuning.batch_key(cfg)
         ref = [*args.overrides, *reference, f"train.per_device_batch_size={batch[0]:g}", f"train.seq_len={batch[1]}"]
         references.setdefault(batch, ref)
     for ref in references.values():
