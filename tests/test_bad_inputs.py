@@ -80,6 +80,7 @@ CASES = [
     # hardware features, token dropping
     ("mxfp8-on-hopper", [*S, "hardware=h200", "precision=mxfp8", "moe=tokamax"], "Blackwell", "precision=fp8"),
     ("fp8-on-cpu", [*S, "precision=fp8"], "FP8 tensor cores", "precision=bf16"),
+    ("gpu-config-without-gpu", [*S, "hardware=h200", "moe=tokamax"], "needs NVIDIA GPUs", "hardware=cpu"),
     ("megablox-on-gpu", [*S, "hardware=h200", "moe=megablox"], "interpret mode", "moe=tokamax"),
     ("capacity-drops", [*S, "moe=capacity"], "drops tokens", "moe.allow_token_dropping=true"),
     ("capacity-factor", [*S, "moe.capacity_factor=1.25"], "not dropless", "dropless back end"),
@@ -180,6 +181,8 @@ def playground(tmp_path_factory):
 
 @pytest.mark.parametrize("case, argv, problem, fix", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(case, argv, problem, fix, playground):
+    if case == "gpu-config-without-gpu" and Path("/dev/nvidia0").exists():
+        pytest.skip("this host has a GPU")
     taken = socket.socket()  # a port another job listens on
     taken.bind(("127.0.0.1", 0))
     taken.listen()
@@ -275,3 +278,15 @@ def test_make_smoke_without_python312_creates_nothing(tmp_path):
     assert "needs Python >= 3.12" in proc.stderr and "make smoke PYTHON=" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not venv.exists()
+
+
+def test_fewer_gpus_than_configured(tmp_path):
+    from moekit.commands.train import ensure_gpus_present
+    from moekit.errors import MoekitError
+
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
+        (tmp_path / name).touch()
+    cfg = compose("smoke", ["hardware=h200", "moe=tokamax", "cluster.gpus_per_node=8", "cluster.processes_per_node=8"])
+    with pytest.raises(MoekitError, match=r"gpus_per_node=8, but this host has 2 GPU\(s\).*gpus_per_node=2"):
+        ensure_gpus_present(cfg, tmp_path)
+    ensure_gpus_present(compose("smoke", ["hardware=h200", "moe=tokamax", "cluster.gpus_per_node=2"]), tmp_path)

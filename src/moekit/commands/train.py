@@ -100,6 +100,25 @@ def ensure_port_free(cfg: Config) -> None:
     )
 
 
+def ensure_gpus_present(cfg: Config, dev: Path) -> None:
+    """A GPU config on a host without (enough) GPUs would start, import everything and fail minutes later."""
+    if cfg.hardware.platform != "gpu":
+        return
+    found = len([p for p in dev.glob("nvidia*") if p.name.removeprefix("nvidia").isdigit()])
+    want = cfg.cluster.gpus_per_node
+    if found == 0:
+        raise rz.RendezvousError(
+            f"hardware={cfg.hardware.name} needs NVIDIA GPUs, but this host has none ({dev}/nvidia0 is missing); "
+            "nothing was launched. Fix: hardware=cpu to train on CPU, or run on a GPU node "
+            "(in a container: docker run --gpus all ...)."
+        )
+    if found < want:
+        raise rz.RendezvousError(
+            f"cluster.gpus_per_node={want}, but this host has {found} GPU(s); nothing was launched. "
+            f"Fix: cluster.gpus_per_node={found} (and a mesh that fits), or run on a node with {want} GPUs."
+        )
+
+
 def resolve_run_dir(cfg: Config, now: datetime, config_view: dict[str, Any]) -> tuple[Path, dict | None]:
     """The run directory and, when run.dir names an unfinished run of this config, its previous manifest."""
     if cfg.run.dir:
@@ -160,6 +179,7 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
 
     procs = jobmod.processes(cfg, environ)
     ensure_port_free(cfg)
+    ensure_gpus_present(cfg, Path("/dev"))
     run, previous = resolve_run_dir(cfg, now, config_view)
     with attempts.locked(run):
         return _run(cfg, run, previous, procs, environ, overrides, shown_overrides, config_view, scrub, now)
