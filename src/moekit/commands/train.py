@@ -182,7 +182,7 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     ensure_gpus_present(cfg, Path("/dev"))
     run, previous = resolve_run_dir(cfg, now, config_view)
     with attempts.locked(run):
-        return _run(cfg, run, previous, procs, environ, overrides, shown_overrides, config_view, scrub, now)
+        return _run(cfg, run, previous, procs, environ, shown_overrides, config_view, scrub, now)
 
 
 def _run(
@@ -191,7 +191,6 @@ def _run(
     previous: dict | None,
     procs: list[dict[str, str]],
     environ: dict[str, str],
-    overrides: list[str],
     shown_overrides: list[str],
     config_view: dict[str, Any],
     scrub: redact.Scrubber,
