@@ -12,7 +12,7 @@ import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 
-from moekit import rundir
+from moekit import redact, rundir
 from moekit.commands import train as train_cmd
 from moekit.config.checks import ensure_valid
 from moekit.config.compose import compose
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
             text, ok, verdict = f"did not train: {exc}", False, None
         results.append(
             {
-                "candidate": cand,
+                "candidate": redact.redact_assignments(cand),
                 "run_dir": str(where),
                 "ok": ok,
                 "result": text,
@@ -129,13 +129,13 @@ def run(args: argparse.Namespace) -> int:
     rundir.write_json(
         out / RESULT,
         {
-            "reference": {"overrides": base, "run_dir": str(ref_dir)},
+            "reference": {"overrides": redact.redact_assignments(base), "run_dir": str(ref_dir)},
             "rtol": args.rtol,
             "atol": args.atol,
             "candidates": results,
         },
     )
-    print(f"\nmoekit verify: reference {' '.join(base)}  ({ref_dir})")
+    print(f"\nmoekit verify: reference {' '.join(redact.redact_assignments(base))}  ({ref_dir})")
     for r in results:
         print(f"  {'PASS' if r['ok'] else 'FAIL'}  {' '.join(r['candidate'])}: {r['result']}")
     failed = sum(not r["ok"] for r in results)
