@@ -6,7 +6,8 @@ cluster DNS do for each pod: it sets the controllers' labels and annotations, re
 separate process in its own mount and UTS namespaces, where /etc/hosts maps every pod hostname
 (<jobset>-<rjob>-<job>-<pod>.<subdomain>) to loopback, as the headless service would. All pods share
 one private network namespace, so their ports cannot meet anything else on this machine. The image
-is stood in for by this checkout's virtual environment (`moekit` on PATH). A failed pod fails its Job
+is stood in for by this checkout's virtual environment (`moekit` on PATH) and its entrypoint script (the
+Dockerfile's ENTRYPOINT, which runs when a container gives args and no command). A failed pod fails its Job
 (backoffLimit: 0) and the JobSet then stops every other pod (failurePolicy), as the controller does.
 """
 
@@ -32,6 +33,12 @@ pytestmark = pytest.mark.integration
 
 GOLDEN = REPO / "k8s" / "smoke_2node.yaml"
 BIN = Path(sys.executable).parent
+
+
+def image_entrypoint() -> list[str]:
+    """The Dockerfile's exec-form ENTRYPOINT, with the image's /opt/moekit mapped to this checkout."""
+    line = next(x for x in (REPO / "Dockerfile").read_text().splitlines() if x.startswith("ENTRYPOINT"))
+    return [a.replace("/opt/moekit", str(REPO)) for a in json.loads(line.removeprefix("ENTRYPOINT").strip())]
 
 
 # ---------- what the controllers and the kubelet do (an independent reading of the Kubernetes rules) ----------
@@ -128,7 +135,8 @@ def materialize(manifest: dict, restarts: int = 0) -> list[Pod]:
                         env[var["name"]] = field_ref(pod, var["valueFrom"]["fieldRef"]["fieldPath"], ns)
                 env.setdefault("JOB_COMPLETION_INDEX", str(i))  # the Indexed Job controller's own variable
                 pod.env = env
-                pod.command = [expand(a, env) for a in container.get("command", []) + container.get("args", [])]
+                command = container.get("command") or image_entrypoint()
+                pod.command = [expand(a, env) for a in command + container.get("args", [])]
     return pods
 
 
@@ -255,7 +263,8 @@ def test_pod_env_is_materialized_from_the_manifest():
     assert [p.env["JOB_COMPLETION_INDEX"] for p in pods] == ["0", "1"]
     assert {p.env["MOEKIT_COORDINATOR_HOST"] for p in pods} == {"smoke-workers-0-0.smoke"}
     assert pods[0].fqdn == "smoke-workers-0-0.smoke"
-    assert pods[1].command[:4] == ["moekit", "train", "experiment=smoke", "cluster=jobset"]
+    assert pods[1].command[0] == str(REPO / "entrypoints" / "moekit-entrypoint")
+    assert pods[1].command[1:4] == ["train", "experiment=smoke", "cluster=jobset"]
     assert expand("a-$(X)-$$(X)-$(Y)", {"X": "1"}) == "a-1-$(X)-$(Y)"
 
 

@@ -51,7 +51,8 @@ def test_jobset_shape_follows_the_config():
     pod = job["template"]["spec"]
     assert pod["restartPolicy"] == "Never"
     (c,) = pod["containers"]
-    assert c["command"] == ["moekit", "train", "experiment=dsv3_blog", "cluster=jobset"]
+    assert "command" not in c  # the image entrypoint runs first
+    assert c["args"] == ["train", "experiment=dsv3_blog", "cluster=jobset"]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == 4
     assert "securityContext" not in c or not c["securityContext"].get("privileged")
     assert pod["volumes"][0]["emptyDir"]["medium"] == "Memory"
@@ -143,7 +144,7 @@ def test_undefined_and_late_env_references(smoke):
         {"name": "C", "value": "$$(ESCAPED)"},
         {"name": "B", "value": "again"},
     ]
-    _container(smoke)["command"].append("run.name=$(NOPE)")
+    _container(smoke)["args"].append("run.name=$(NOPE)")
     found = validate.webhook_problems(smoke)
     assert any("env A refers to $(B)" in p for p in found)
     assert any("env B is defined twice" in p for p in found)
@@ -287,5 +288,5 @@ def test_documented_site_settings_render_and_validate():
     assert pod["serviceAccountName"] == "trainer"
     env = {v["name"]: v.get("value") for v in pod["containers"][0]["env"]}
     assert env["NCCL_DEBUG"] == "INFO" and env["LOG_DIR"] == "/logs/$(MOEKIT_NUM_NODES)"
-    assert "cluster.env.LOG_DIR='/logs/$$(MOEKIT_NUM_NODES)'" in pod["containers"][0]["command"]
+    assert "cluster.env.LOG_DIR='/logs/$$(MOEKIT_NUM_NODES)'" in pod["containers"][0]["args"]
     assert _problems(m) == []

@@ -38,7 +38,7 @@ def service(cfg: Config, overrides: Sequence[str], node: int) -> dict[str, Any]:
         "image": f"${{MOEKIT_IMAGE:-{c.image}}}",
         "hostname": host(cfg, node),
         "domainname": name,
-        "command": jobset.pod_command(cfg, overrides)[1:],  # the image's entrypoint runs moekit
+        "command": jobset.pod_args(cfg, overrides),  # the image's entrypoint runs moekit
         "environment": env,
         "networks": {NETWORK: {"aliases": [f"{host(cfg, node)}.{name}"]}},
         "ulimits": {"memlock": -1, "stack": STACK_BYTES},

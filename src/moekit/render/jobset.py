@@ -30,11 +30,15 @@ def job_name(cfg: Config) -> str:
     return cfg.cluster.name or cfg.experiment_name.replace("_", "-").lower()
 
 
-def pod_command(cfg: Config, overrides: Sequence[str]) -> list[str]:
-    """What every pod runs: the same experiment and overrides, with cluster=jobset so ranks come from the env."""
-    # Kubernetes expands $(VAR) in a command; $$ keeps an override such as cluster.env.X='$(Y)' literal.
+def pod_args(cfg: Config, overrides: Sequence[str]) -> list[str]:
+    """What every pod runs: the same experiment and overrides, with cluster=jobset so ranks come from the env.
+
+    Given as container args, not command, so the image's entrypoint runs first (it checks that the MaxText
+    inside knows every key, then execs `moekit train ...`).
+    """
+    # Kubernetes expands $(VAR) in args; $$ keeps an override such as cluster.env.X='$(Y)' literal.
     rest = [o.replace("$(", "$$(") for o in overrides if not o.startswith(("experiment=", "cluster="))]
-    return ["moekit", "train", f"experiment={cfg.experiment_name}", "cluster=jobset", *rest]
+    return ["train", f"experiment={cfg.experiment_name}", "cluster=jobset", *rest]
 
 
 def _field(path: str) -> dict[str, Any]:
@@ -64,7 +68,7 @@ def _container(cfg: Config, overrides: Sequence[str]) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": c.image,
-        "command": pod_command(cfg, overrides),
+        "args": pod_args(cfg, overrides),
         "env": pod_env(cfg),
     }
     if limits or net.resource_claim_template:
