@@ -31,14 +31,14 @@ for phase in "$@"; do
         --out "$OUT/gmm.json" > "$OUT/micro.txt" 2>&1; log "bench gmm rc=$?"
       timeout ${DISPATCH_TIMEOUT:-60} $MOEKIT bench dispatch --out "$OUT/dispatch.json" >> "$OUT/micro.txt" 2>&1; log "bench dispatch rc=$?" ;;
     presets)
-      timeout ${PRESETS_TIMEOUT:-540} python3 benchmarks/run_presets.py --out /tmp/presets --presets "$arg" \
+      timeout -s INT ${PRESETS_TIMEOUT:-540} python3 benchmarks/run_presets.py --out /tmp/presets --presets "$arg" \
         --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/presets.txt" 2>&1; log "presets rc=$?"
       cp /tmp/presets/presets.json "$OUT/" 2>/dev/null
       tar czf "$OUT/presets_runs.tgz" -C /tmp presets 2>/dev/null ;;
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"
-      timeout ${TUNE_TIMEOUT:-480} $MOEKIT tune "${targs[@]}" --out /tmp/tune > "$OUT/tune.txt" 2>&1; log "tune rc=$?"
+      timeout -s INT ${TUNE_TIMEOUT:-480} $MOEKIT tune "${targs[@]}" --out /tmp/tune > "$OUT/tune.txt" 2>&1; log "tune rc=$?"
       cp /tmp/tune/tune.json "$OUT/" 2>/dev/null; cp /tmp/tune/*.yaml "$OUT/" 2>/dev/null
       tar czf "$OUT/tune_runs.tgz" -C /tmp tune 2>/dev/null ;;
     *) log "unknown phase $name" ;;

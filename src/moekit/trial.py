@@ -39,13 +39,15 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
-            proc.send_signal(signal.SIGINT)  # moekit train stops its MaxText processes on an interrupt
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        _reap(run_dir)
+        finally:  # also when this process is interrupted: never leave a worker holding the GPU
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # moekit train stops its MaxText processes on an interrupt
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            _reap(run_dir)
     wall = time.monotonic() - start
     log = _tail(run_dir / "maxtext.log") + _tail(console)
     result: dict[str, Any] = {
