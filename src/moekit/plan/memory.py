@@ -125,6 +125,11 @@ def routed_rows_per_token(dims: Dims, values: Mapping[str, Any], mesh: Mesh) -> 
     factor = float(values.get("ragged_buffer_factor", -1.0) or -1.0)
     if dims.experts <= 1:
         return 0.0, "no routed experts"
+    if not values.get("sparse_matmul", True):
+        cf = float(values.get("capacity_factor", -1.0))
+        if cf > 0:
+            return k * cf, f"capacity path: top_k {k} x capacity_factor {cf:g} (drops what overflows)"
+        return float(dims.experts), f"dense dropless: all {dims.experts} experts computed for every token"
     if ep <= 1:
         return float(k), f"top_k {k} (no expert parallelism: every routed row stays local)"
     if values.get("use_ring_of_experts"):
@@ -137,11 +142,12 @@ def routed_rows_per_token(dims: Dims, values: Mapping[str, Any], mesh: Mesh) -> 
     return k * worst, f"top_k {k} x worst case min(EP {ep}, experts/top_k {dims.experts / k:g}) = {worst:g} (dropless)"
 
 
-def layer_tensors(dims: Dims, moe: bool, rows: float, te_block: bool = False) -> list[Tensor]:
+def layer_tensors(dims: Dims, moe: bool, rows: float, te_block: bool = False, broadcast: bool = False) -> list[Tensor]:
     """Named activations of one decoder layer, elements per local token.
 
     TransformerEngine's MoE block applies the top-k weights before the down projection
-    (apply_topk_weights_early), so its down-projection output is not kept for the backward.
+    (apply_topk_weights_early), so its down-projection output is not kept for the backward. The dense
+    dropless path (`broadcast`) multiplies every token by every expert without a sorted copy of the input.
     """
     d = dims
     if d.mla:
@@ -175,8 +181,9 @@ def layer_tensors(dims: Dims, moe: bool, rows: float, te_block: bool = False) ->
         Tensor(("mlpwi_1",), shared),
         Tensor(("mlpwo",), d.emb if shared else 0),
     ]
+    if not broadcast:
+        out.append(Tensor(("moe_x_sorted",), rows * d.emb, routed=True))
     out += [
-        Tensor(("moe_x_sorted",), rows * d.emb, routed=True),
         Tensor(("moe_mlpwi_0", "mlpwi_0"), rows * d.moe_mlp, routed=True),
         Tensor(("moe_mlpwi_1", "mlpwi_1"), rows * d.moe_mlp, routed=True),
     ]
@@ -258,11 +265,12 @@ def estimate(
 
     rows, why_rows = routed_rows_per_token(dims, values, mesh)
     te_block = bool(values.get("te_moe_block"))
+    broadcast = not values.get("sparse_matmul", True) and float(values.get("capacity_factor", -1.0)) <= 0
     saved, offloaded = tensor_places(values)
     per_layer = {"device": 0.0, "offload": 0.0}
     listed: dict[str, list[str]] = {"device": [], "offload": []}
     for moe, count in ((False, dims.dense_layers), (True, dims.moe_layers)):
-        for tensor in layer_tensors(dims, moe, rows, te_block):
+        for tensor in layer_tensors(dims, moe, rows, te_block, broadcast):
             place = place_of(tensor, saved, offloaded)
             if place != "remat" and tensor.per_token:
                 per_layer[place] += count * tensor.per_token * t * a
@@ -274,7 +282,7 @@ def estimate(
         items.append(Item("saved activations", per_layer["device"], "device", ", ".join(listed["device"])))
 
     # One layer recomputed in the backward: its tensors plus their cotangents.
-    tensors = layer_tensors(dims, dims.moe_layers > 0, rows, te_block)
+    tensors = layer_tensors(dims, dims.moe_layers > 0, rows, te_block, broadcast)
     routed = sum(x.per_token for x in tensors if x.routed) * t * a * 2
     other = sum(x.per_token for x in tensors if not x.routed) * t * a * 2
     if routed:
