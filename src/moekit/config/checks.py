@@ -149,6 +149,18 @@ def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
 
 
 @check
+def tokamax_gpu_takes_half_precision(cfg: Config) -> Iterator[Problem]:
+    if cfg.moe.backend == "tokamax" and cfg.hardware.platform == "gpu" and cfg.precision.name == "fp32":
+        yield Problem(
+            "precision",
+            "moe=tokamax on GPU runs tokamax's Mosaic GPU grouped GEMM, which takes only bf16/fp16 inputs "
+            "(NotImplementedError on one H200, tokamax 0.0.17, 2026-12-03)",
+            "precision=bf16, or moe=ragged_dot / moe=dense for an fp32 run "
+            "(moekit verify uses fp32 unless an override sets precision=)",
+        )
+
+
+@check
 def precision_supported(cfg: Config) -> Iterator[Problem]:
     p, f = cfg.precision.name, cfg.hardware.features
     if p == "mxfp8" and not f.mxfp8:
