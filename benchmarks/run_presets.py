@@ -37,6 +37,8 @@ PRESETS: dict[str, tuple[list[str], str]] = {
     "tokamax_batch8": (["train.per_device_batch_size=8"], "tokamax, per-device batch 8 (32,768 tokens/step)"),
     "tokamax_xla_blog": (["xla=blog"], "tokamax + the blog's XLA flags and PGLE"),
     "tokamax_offload_blog": (["memory=offload_blog"], "tokamax + the blog's remat/offload policy"),
+    "te": (["moe=te"], "TransformerEngine MoE block: cuBLAS grouped GEMM, NCCL EP dispatch/combine"),
+    "te_fp8": (["moe=te", "precision=fp8"], "TE MoE block + FP8 current scaling on the dense GEMMs"),
 }
 MARK_BEGIN, MARK_END = "<!-- BEGIN presets (benchmarks/run_presets.py --record) -->", "<!-- END presets -->"
 

@@ -3,6 +3,7 @@
 # dependencies: install the carried wheels, then run the named phases in order, each bounded by `timeout`,
 # writing under $OUT as soon as each finishes (at most 8 files come back: phases tar their run folders).
 #   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
+#   bash benchmarks/h200/run.sh te micro presets:te,tokamax verify:<args file>   (te: after benchmarks/te_h200/)
 # Needs: .whl/ (wheels of ../shared/device/h200-wheels.txt + hydra-core 1.3.0 + antlr4 4.9.3) and
 # .whl/stubs/ (the xprof stub tokamax imports), both git-ignored and carried.
 set -u
@@ -26,6 +27,28 @@ for phase in "$@"; do
       log "preflight rc=$?"
       # Every command module must import here, or every later `moekit` call fails the same way: stop now.
       python3 -c "import moekit.cli as c; c._parser()" >> "$OUT/preflight.txt" 2>&1 || { log "moekit cli broken"; exit 1; } ;;
+    te)
+      # TransformerEngine from benchmarks/te_h200/build.sh's parts (staged by earlier calls). TE's NCCL EP
+      # needs NCCL >= 2.30.4: the newer libnccl.so.2 replaces the image's copies, so that XLA and TE share one.
+      bash benchmarks/te_h200/stage.sh > "$OUT/te.txt" 2>&1 || { log "te not staged"; cat "$OUT/te.txt"; exit 1; }
+      new=/tmp/te_site/nvidia/nccl/lib/libnccl.so.2
+      for f in $(python3 -c "import glob,sys; print(' '.join(g for d in sys.path if d and not d.startswith('/tmp') for g in glob.glob(d+'/nvidia/nccl/lib/libnccl.so.2')))"); do
+        echo "replacing $f with NCCL from $new" >> "$OUT/te.txt"; cp "$new" "$f"
+      done
+      export PYTHONPATH=/tmp/te_site:$PYTHONPATH
+      NCCL_DEBUG=VERSION timeout 120 python3 -c "
+import jax, jax.numpy as jnp, transformer_engine, transformer_engine_jax as ext
+from transformer_engine.jax import moe  # what MaxText's te_moe_block imports
+from transformer_engine.jax.dense import grouped_dense
+print('te', transformer_engine.__version__, 'cudnn', ext.get_cudnn_version(), 'jax', jax.__version__, jax.devices())
+x = jnp.ones((256, 128), jnp.bfloat16); w = jnp.ones((4, 128, 64), jnp.bfloat16)
+print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32)).sum())
+" >> "$OUT/te.txt" 2>&1; rc=$?; log "te import rc=$rc"; [ $rc = 0 ] || { tail -30 "$OUT/te.txt"; exit 1; } ;;
+    verify)
+      # $arg: a file of `moekit verify` arguments, one per line
+      mapfile -t vargs < "$arg"
+      timeout -s INT ${VERIFY_TIMEOUT:-300} $MOEKIT verify "${vargs[@]}" --out /tmp/verify > "$OUT/verify.txt" 2>&1; log "verify rc=$?"
+      cp /tmp/verify/verify.json "$OUT/" 2>/dev/null ;;
     micro)
       timeout ${GMM_TIMEOUT:-110} $MOEKIT bench gmm --backends tokamax,tokamax_triton,te --skews balanced,dirichlet:1.0,dirichlet:0.3 \
         --out "$OUT/gmm.json" > "$OUT/micro.txt" 2>&1; log "bench gmm rc=$?"

@@ -1,0 +1,79 @@
+#!/bin/bash
+# Build TransformerEngine for JAX for a GPU machine that has jax (CUDA 13) but no network, on a machine
+# that has network but no GPU, and pack it into parts small enough to travel one per device call.
+#   bash benchmarks/te_h200/build.sh [OUT_DIR]      (default .te; needs g++, xz, python3.12 headers)
+# transformer_engine_jax is a source package whose setup.py asks a GPU jax for the CUDA version, so its
+# pybind11 extension is compiled here directly, against headers taken from the pinned wheels below.
+# The pack is for one GPU architecture (KEEP_ARCH, default 90 = H100/H200).
+# Result: OUT_DIR/te_site.tar.xz.partNN + OUT_DIR/manifest (sha256 of the whole archive, part count).
+set -euo pipefail
+OUT_DIR=$(realpath -m "${1:-.te}")
+PART_MB=${PART_MB:-58}
+CACHE=${MOEKIT_CACHE:-$HOME/.cache/moekit}/te-2.20.2
+TE=2.20.2
+PY=${PY:-$(ls -d "$HOME"/.pyenv/versions/3.12.* 2>/dev/null | tail -1)/bin/python3.12}
+# Runtime pieces (go to the GPU machine) and build-only pieces (headers).
+RUNTIME="transformer-engine-cu13==$TE transformer-engine==$TE nvidia-nccl-cu13==2.30.7"
+# Headers matching the H200 machine: jaxlib 0.11.2 (XLA FFI), CUDA 13.0, cuDNN 9.19.
+HEADERS="jaxlib==0.11.2 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-nvrtc==13.0.88
+  nvidia-nvtx==13.0.85   nvidia-cublas==13.0.2.14 nvidia-cudnn-cu13==9.19.1.2 nvidia-cudnn-frontend==1.32.0 pybind11==3.1.0"
+step() { echo "[te-build $(date +%H:%M:%S)] $*"; }
+
+[ -x "$PY" ] || { echo "need Python 3.12 headers: set PY=/path/to/python3.12" >&2; exit 2; }
+command -v g++ >/dev/null && command -v xz >/dev/null || { echo "need g++ and xz (apt-get install g++ xz-utils)" >&2; exit 2; }
+mkdir -p "$CACHE/whl" "$OUT_DIR"
+step "downloading wheels into $CACHE/whl (once)"
+# shellcheck disable=SC2086
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+  --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_18_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux_2_12_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform any \
+  -d "$CACHE/whl" $RUNTIME $HEADERS
+SDIST=$CACHE/transformer_engine_jax-$TE.tar.gz
+if [ ! -f "$SDIST" ]; then
+  step "downloading the transformer_engine_jax $TE sdist"
+  python3 -m pip download -q --no-deps --no-binary=:all: --no-build-isolation -d "$CACHE" \
+    "transformer_engine_jax==$TE" 2>/dev/null || true   # metadata step fails without a GPU jax; the file stays
+  [ -f "$SDIST" ] || { echo "could not download $SDIST" >&2; exit 1; }
+fi
+
+W=$CACHE/work; rm -rf "$W"; mkdir -p "$W/inc" "$W/site" "$W/obj"
+step "unpacking headers"
+for spec in $HEADERS; do
+  name=${spec%%==*}; f=$(ls "$CACHE"/whl/"${name//-/_}"-*.whl | head -1)
+  unzip -q -o "$f" -d "$W/inc/$name" '*include/*'
+done
+tar xzf "$SDIST" -C "$W"; SRC=$W/transformer_engine_jax-$TE
+NCCL_WHL=$(ls "$CACHE"/whl/nvidia_nccl_cu13-*.whl); unzip -q -o "$NCCL_WHL" -d "$W/site"
+INCS=(
+  -I"$SRC/common_headers" -I"$SRC/common_headers/common" -I"$SRC/common_headers/common/include" -I"$SRC/csrc"
+  -I"$W/inc/nvidia-cuda-runtime/nvidia/cu13/include" -I"$W/inc/nvidia-cuda-crt/nvidia/cu13/include"
+  -I"$W/inc/nvidia-cuda-cccl/nvidia/cu13/include" -I"$W/inc/nvidia-cuda-nvrtc/nvidia/cu13/include"
+  -I"$W/inc/nvidia-nvtx/nvidia/cu13/include"   -I"$W/inc/nvidia-cublas/nvidia/cu13/include"
+  -I"$W/inc/nvidia-cudnn-cu13/nvidia/cudnn/include" -I"$W/inc/nvidia-cudnn-frontend/include"
+  -I"$W/inc/jaxlib/jaxlib/include" -I"$W/inc/pybind11/pybind11/include" -I"$W/site/nvidia/nccl/include"
+  -I"$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
+)
+# The flags TE's own build passes (build_tools/jax.py), NCCL EP on: the target is Hopper (sm_90).
+FLAGS=(-O3 -g0 -fPIC -fvisibility=hidden -std=c++17 -DNVTE_WITH_NCCL_EP)
+step "compiling $(ls "$SRC"/csrc/extensions/*.cpp | wc -l) sources on $(nproc) cores"
+export W; printf '%s\n' "$SRC"/csrc/extensions/*.cpp | \
+  xargs -P "$(nproc)" -I{} sh -c 'g++ "$@" -c {} -o "$W/obj/$(basename {} .cpp).o" || exit 255' _ "${FLAGS[@]}" "${INCS[@]}"
+EXT=transformer_engine_jax$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+g++ -shared -o "$W/site/$EXT" "$W"/obj/*.o "$W/site/nvidia/nccl/lib/libnccl.so.2"
+step "built $EXT ($(du -h "$W/site/$EXT" | cut -f1))"
+
+step "assembling the site folder and packing it"
+for name in transformer_engine_cu13 transformer_engine; do
+  unzip -q -o "$(ls "$CACHE"/whl/${name}-$TE-*.whl)" -d "$W/site"
+done
+rm -rf "$W/site/transformer_engine/pytorch"        # the JAX path only
+# Keep one GPU architecture's device code (sm_90: H100/H200) and no debug info: ~450 MB -> ~75 MB packed.
+"$PY" "$(dirname "$0")/keep_arch.py" --arch "${KEEP_ARCH:-90}" "$W/site/transformer_engine/wheel_lib/"*.so \
+  "$W/site/nvidia/nccl/lib/libnccl.so.2"
+strip --strip-debug "$W/site/nvidia/nccl/lib/libnccl.so.2"
+rm -f "$OUT_DIR"/te_site.tar.xz.part*
+tar -C "$W/site" -cf - . | xz -T0 -6 | split -b "${PART_MB}M" -d -a 2 - "$OUT_DIR/te_site.tar.xz.part"
+parts=$(ls "$OUT_DIR"/te_site.tar.xz.part* | wc -l)
+sum=$(cat "$OUT_DIR"/te_site.tar.xz.part* | sha256sum | cut -d' ' -f1)
+printf 'parts=%s\nsha256=%s\nte=%s\nnccl=%s\n' "$parts" "$sum" "$TE" "$(basename "$NCCL_WHL")" > "$OUT_DIR/manifest"
+step "done: $parts parts of <= ${PART_MB} MiB in $OUT_DIR"; cat "$OUT_DIR/manifest"
