@@ -3,7 +3,7 @@
 # dependencies: install the carried wheels, then run the named phases in order, each bounded by `timeout`,
 # writing under $OUT as soon as each finishes (at most 8 files come back: phases tar their run folders).
 #   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
-#   bash benchmarks/h200/run.sh te micro presets:te,tokamax verify:<args file>   (te: after benchmarks/te_h200/)
+#   bash benchmarks/h200/run.sh te gmm presets:te,tokamax verify:<args file>   (te: benchmarks/te_h200/README.md)
 # Needs: .whl/ (wheels of ../shared/device/h200-wheels.txt + hydra-core 1.3.0 + antlr4 4.9.3) and
 # .whl/stubs/ (the xprof stub tokamax imports), both git-ignored and carried.
 set -u
@@ -11,10 +11,14 @@ export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 T0=$SECONDS
 log() { echo "[$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  >/dev/null 2>&1 || { log "wheel install failed"; exit 1; }
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    >/dev/null 2>&1 || { log "wheel install failed"; exit 1; }
+  log "wheels installed"
+else
+  log "no .whl carried: phases that need MaxText will fail"   # e.g. a call that only stages TE
+fi
 export PYTHONPATH=/tmp/site:$PWD/.whl/stubs:$PWD/src
-log "wheels installed"
 MOEKIT="python3 -m moekit"
 for phase in "$@"; do
   name=${phase%%:*}; arg=${phase#*:}; [ "$arg" = "$phase" ] && arg=""
@@ -49,6 +53,9 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
       mapfile -t vargs < "$arg"
       timeout -s INT ${VERIFY_TIMEOUT:-300} $MOEKIT verify "${vargs[@]}" --out /tmp/verify > "$OUT/verify.txt" 2>&1; log "verify rc=$?"
       cp /tmp/verify/verify.json "$OUT/" 2>/dev/null ;;
+    gmm)
+      timeout ${GMM_TIMEOUT:-110} $MOEKIT bench gmm --backends ${GMM_BACKENDS:-tokamax,te} --skews ${GMM_SKEWS:-balanced,dirichlet:1.0} \
+        --out "$OUT/gmm.json" > "$OUT/gmm.txt" 2>&1; log "bench gmm rc=$?" ;;
     micro)
       timeout ${GMM_TIMEOUT:-110} $MOEKIT bench gmm --backends tokamax,tokamax_triton,te --skews balanced,dirichlet:1.0,dirichlet:0.3 \
         --out "$OUT/gmm.json" > "$OUT/micro.txt" 2>&1; log "bench gmm rc=$?"
