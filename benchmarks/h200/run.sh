@@ -41,9 +41,11 @@ for phase in "$@"; do
       done
       export PYTHONPATH=/tmp/te_site:$PYTHONPATH
       NCCL_DEBUG=VERSION timeout 120 python3 -c "
-import jax, jax.numpy as jnp, transformer_engine, transformer_engine_jax as ext
+import sys, jax, jax.numpy as jnp, transformer_engine
+import transformer_engine.jax  # loads the core library, then the extension built by benchmarks/te_h200/build.sh
 from transformer_engine.jax import moe  # what MaxText's te_moe_block imports
 from transformer_engine.jax.dense import grouped_dense
+ext = sys.modules['transformer_engine_jax']
 print('te', transformer_engine.__version__, 'cudnn', ext.get_cudnn_version(), 'jax', jax.__version__, jax.devices())
 x = jnp.ones((256, 128), jnp.bfloat16); w = jnp.ones((4, 128, 64), jnp.bfloat16)
 print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32)).sum())
