@@ -33,13 +33,14 @@ for phase in "$@"; do
       python3 -c "import moekit.cli as c; c._parser()" >> "$OUT/preflight.txt" 2>&1 || { log "moekit cli broken"; exit 1; } ;;
     te)
       # TransformerEngine from benchmarks/te_h200/build.sh's parts (staged by earlier calls). TE's NCCL EP
-      # needs NCCL >= 2.30.4: the newer libnccl.so.2 replaces the image's copies, so that XLA and TE share one.
+      # needs NCCL >= 2.30.4. XLA and TE must share one libnccl.so.2: the image's copies become links to the
+      # newer one (one file, so the loader maps it once), which is also where TE's core library finds it.
       bash benchmarks/te_h200/stage.sh > "$OUT/te.txt" 2>&1 || { log "te not staged"; cat "$OUT/te.txt"; exit 1; }
       new=/tmp/te_site/nvidia/nccl/lib/libnccl.so.2
       for f in $(python3 -c "import glob,sys; print(' '.join(g for d in sys.path if d and not d.startswith('/tmp') for g in glob.glob(d+'/nvidia/nccl/lib/libnccl.so.2')))"); do
-        echo "replacing $f with NCCL from $new" >> "$OUT/te.txt"; cp "$new" "$f"
+        echo "linking $f -> $new" >> "$OUT/te.txt"; ln -sf "$new" "$f"
       done
-      export PYTHONPATH=/tmp/te_site:$PYTHONPATH
+      export PYTHONPATH=/tmp/te_site:$PYTHONPATH LD_LIBRARY_PATH=/tmp/te_site/nvidia/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
       NCCL_DEBUG=VERSION timeout 120 python3 -c "
 import sys, jax, jax.numpy as jnp, transformer_engine
 import transformer_engine.jax  # loads the core library, then the extension built by benchmarks/te_h200/build.sh
