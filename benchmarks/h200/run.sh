@@ -47,7 +47,8 @@ import transformer_engine.jax  # loads the core library, then the extension buil
 from transformer_engine.jax import moe  # what MaxText's te_moe_block imports
 from transformer_engine.jax.dense import grouped_dense
 ext = sys.modules['transformer_engine_jax']
-print('te', transformer_engine.__version__, 'cudnn', ext.get_cudnn_version(), 'jax', jax.__version__, jax.devices())
+print('te', transformer_engine.__version__, 'cudnn', ext.get_cudnn_version(), 'nccl', transformer_engine._nccl_runtime_version(),
+      'nccl_ep', transformer_engine.is_nccl_ep_available(), 'jax', jax.__version__, jax.devices())
 x = jnp.ones((256, 128), jnp.bfloat16); w = jnp.ones((4, 128, 64), jnp.bfloat16)
 print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32)).sum())
 " >> "$OUT/te.txt" 2>&1; rc=$?; log "te import rc=$rc"; [ $rc = 0 ] || { tail -30 "$OUT/te.txt"; exit 1; } ;;
