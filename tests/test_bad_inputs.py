@@ -290,3 +290,16 @@ def test_fewer_gpus_than_configured(tmp_path):
     with pytest.raises(MoekitError, match=r"gpus_per_node=8, but this host has 2 GPU\(s\).*gpus_per_node=2"):
         ensure_gpus_present(cfg, tmp_path)
     ensure_gpus_present(compose("smoke", ["hardware=h200", "moe=tokamax", "cluster.gpus_per_node=2"]), tmp_path)
+
+
+def test_te_backend_without_transformer_engine():
+    # This environment has no TransformerEngine (the CPU stack): moe=te must stop before launching.
+    import importlib.util
+
+    from moekit.commands.train import ensure_te_present
+    from moekit.errors import MoekitError
+
+    assert importlib.util.find_spec("transformer_engine") is None
+    with pytest.raises(MoekitError, match=r"moe=te runs TransformerEngine.*nothing was launched.*moe=tokamax"):
+        ensure_te_present(compose("dsv3_proxy_h200", ["moe=te"]))
+    ensure_te_present(compose("dsv3_proxy_h200", []))  # other back ends need no TE

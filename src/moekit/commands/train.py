@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from moekit import rendezvous as rz
 from moekit.config.checks import ensure_valid
 from moekit.config.compose import compose
 from moekit.config.schema import Config
+from moekit.errors import MoekitError
 from moekit.observe import metrics, progress, summary
 from moekit.translate import job as jobmod
 from moekit.translate.env import EnvVar
@@ -119,6 +121,17 @@ def ensure_gpus_present(cfg: Config, dev: Path) -> None:
         )
 
 
+def ensure_te_present(cfg: Config) -> None:
+    """moe=te without TransformerEngine fails inside MaxText's model init, after compilation has started."""
+    if cfg.moe.backend != "te" or importlib.util.find_spec("transformer_engine") is not None:
+        return
+    raise MoekitError(
+        "moe=te runs TransformerEngine's MoE block, but transformer_engine is not importable here; nothing was "
+        "launched. Fix: run in moekit's image (its NGC JAX base ships TE with NCCL EP), install TE for JAX "
+        "(transformer-engine[jax], NCCL >= 2.30.4), or use moe=tokamax."
+    )
+
+
 def resolve_run_dir(cfg: Config, now: datetime, config_view: dict[str, Any]) -> tuple[Path, dict | None]:
     """The run directory and, when run.dir names an unfinished run of this config, its previous manifest."""
     if cfg.run.dir:
@@ -180,6 +193,7 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     procs = jobmod.processes(cfg, environ)
     ensure_port_free(cfg)
     ensure_gpus_present(cfg, Path("/dev"))
+    ensure_te_present(cfg)
     run, previous = resolve_run_dir(cfg, now, config_view)
     with attempts.locked(run):
         return _run(cfg, run, previous, procs, environ, shown_overrides, config_view, scrub, now)

@@ -123,9 +123,7 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
             ragged_buffer_factor=moe.ragged_buffer_factor,
             te_ep_overflow_check_every_n_steps=moe.overflow_check_every,
         )
-        put(
-            f"moe=te, precision={cfg.precision.name} (expert GEMMs)", **EXPERT_GEMM_KEYS[cfg.precision.name]
-        )
+        put(f"moe=te, precision={cfg.precision.name} (expert GEMMs)", **EXPERT_GEMM_KEYS[cfg.precision.name])
     elif moe.ragged_buffer_factor > 0:
         put("moe.ragged_buffer_factor", ragged_buffer_factor=moe.ragged_buffer_factor)
     put(f"precision={cfg.precision.name}", **PRECISION_KEYS[cfg.precision.name])
