@@ -39,6 +39,7 @@ PRESETS: dict[str, tuple[list[str], str]] = {
     "tokamax_offload_blog": (["memory=offload_blog"], "tokamax + the blog's remat/offload policy"),
     "te": (["moe=te"], "TransformerEngine MoE block: cuBLAS grouped GEMM, NCCL EP dispatch/combine"),
     "te_fp8": (["moe=te", "precision=fp8"], "TE MoE block + FP8 current scaling on the dense GEMMs"),
+    "tokamax_fp8": (["precision=fp8"], "tokamax experts + TE FP8 current scaling on the dense GEMMs (needs TE)"),
 }
 MARK_BEGIN, MARK_END = "<!-- BEGIN presets (benchmarks/run_presets.py --record) -->", "<!-- END presets -->"
 

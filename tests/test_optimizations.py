@@ -208,6 +208,7 @@ GUARDS = [  # id, experiment, overrides, key of the problem, words in it
         "cluster.processes_per_node",
         "one GPU per process",
     ),
+    ("te-one-gpu", "dsv3_proxy_h200", ["moe=te"], "cluster", "at least 2 GPU processes"),
     ("te-needs-nccl-ep", BASE, ["moe=te", "moe.dispatch=ring"], "moe.dispatch", "always dispatches"),
     ("te-small-buffer", BASE, ["moe=te", "moe.ragged_buffer_factor=0.5"], "moe.ragged_buffer_factor", ">= 1.0"),
     ("nccl-ep-without-te", BASE, ["moe.dispatch=nccl_ep"], "moe.dispatch", "TE MoE block only"),

@@ -40,9 +40,16 @@ for phase in "$@"; do
       for f in $(python3 -c "import glob,sys; print(' '.join(g for d in sys.path if d and not d.startswith('/tmp') for g in glob.glob(d+'/nvidia/nccl/lib/libnccl.so.2')))"); do
         echo "linking $f -> $new" >> "$OUT/te.txt"; ln -sf "$new" "$f"
       done
-      export PYTHONPATH=/tmp/te_site:$PYTHONPATH LD_LIBRARY_PATH=/tmp/te_site/nvidia/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      python3 benchmarks/te_h200/grouped_gemm_v1.py /tmp/te_site >> "$OUT/te.txt" 2>&1
+      # TE's core library must resolve cuDNN/cuBLAS to the copies jax loads (pip's), not the older cuDNN in /lib:
+      # mixing them fails with undefined cuDNN symbols. TE also loads cuDNN from CUDNN_HOME first.
+      nv=$(python3 -c "import glob,sys; print(next(g for d in sys.path if d for g in glob.glob(d+'/nvidia')))")
+      export CUDNN_HOME=$nv/cudnn PYTHONPATH=/tmp/te_site:$PYTHONPATH
+      export LD_LIBRARY_PATH=/tmp/te_site/nvidia/nccl/lib:$nv/cudnn/lib:$nv/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
       NCCL_DEBUG=VERSION timeout 120 python3 -c "
-import sys, jax, jax.numpy as jnp, transformer_engine
+import sys, jax, jax.numpy as jnp
+jax.devices()  # the backend (and its cuDNN) first, as in training
+import transformer_engine
 import transformer_engine.jax  # loads the core library, then the extension built by benchmarks/te_h200/build.sh
 from transformer_engine.jax import moe  # what MaxText's te_moe_block imports
 from transformer_engine.jax.dense import grouped_dense

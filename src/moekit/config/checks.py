@@ -205,6 +205,14 @@ def te_moe_requirements(cfg: Config) -> Iterator[Problem]:
             f"but {c.processes_per_node} process(es) drive {c.gpus_per_node} GPUs per node",
             f"cluster.processes_per_node={c.gpus_per_node}",
         )
+    elif cfg.num_processes < 2:
+        # Measured on one H200 (TE 2.20.2, 2026-12-03): ep_bootstrap raises "requires world_size >= 2".
+        yield Problem(
+            "cluster",
+            "moe=te needs at least 2 GPU processes: TE's NCCL EP forms a group of >= 2 ranks and refuses a "
+            f"world of 1, but this job has {cfg.num_processes}",
+            "cluster.gpus_per_node=2 cluster.processes_per_node=2 (or more GPUs), or moe=tokamax on one GPU",
+        )
     if cfg.moe.dispatch != "nccl_ep":
         yield Problem(
             "moe.dispatch",
