@@ -1,7 +1,7 @@
 """Run `moekit train experiment=<experiment>` for a set of presets, then record the results with provenance.
 
     python benchmarks/run_presets.py --out DIR [--presets a,b] [--steps N] [--timeout-s S]
-    python benchmarks/run_presets.py --record DIR/presets.json   # table -> docs/performance.md
+    python benchmarks/run_presets.py --record DIR/presets.json [MORE.json]   # table -> docs/performance.md
 
 Each preset is a real `moekit train` in DIR/<preset>/ (config, command, versions, metrics, summary). Peak
 device memory comes from benchmarks/peakmem (the allocator's high-water mark, read at exit). The loss check
@@ -100,12 +100,21 @@ def table(results: dict) -> str:
     presets = results["presets"]
     any_ok = next((r for r in presets.values() if r.get("versions")), {})
     v = any_ok.get("versions") or {}
+    te = next(
+        (
+            r["versions"]["transformer-engine"]
+            for r in presets.values()
+            if (r.get("versions") or {}).get("transformer-engine")
+        ),
+        None,
+    )
     checks = loss_checks(results)
     lines = [
         f"Measured {any_ok.get('date', '?')} on one {v.get('platform', '?')} host with one NVIDIA H200 "
         f"(hardware=h200), `moekit train experiment={results['experiment']}` + the preset's overrides; "
         f"versions: python {v.get('python')}, jax {v.get('jax')}, jaxlib {v.get('jaxlib')}, flax {v.get('flax')}, "
-        f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}. s/step, TFLOP/s and "
+        f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}"
+        f"{f', transformer-engine {te} (in the runs of the rows that need it)' if te else ''}. s/step, TFLOP/s and "
         "tokens/s: median after warm-up (moekit's summary); TFLOP/s is MaxText's count; MFU against 989 dense "
         "BF16 TFLOP/s (H200 datasheet). Peak memory: the allocator's peak_bytes_in_use; estimate: MaxText's "
         f"compile-time total. Loss check: every step within {tuning.RTOL:g} relative of `{results['reference']}`.",
@@ -131,8 +140,19 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def record(results_path: Path, doc: Path) -> None:
-    results = json.loads(results_path.read_text())
+def merged(paths: list[Path]) -> dict:
+    """Several presets.json of one benchmark session (several calls on one machine) as one result."""
+    results = json.loads(paths[0].read_text())
+    for path in paths[1:]:
+        more = json.loads(path.read_text())
+        if (more["experiment"], more["reference"]) != (results["experiment"], results["reference"]):
+            raise SystemExit(f"{path}: another experiment or reference than {paths[0]}")
+        results["presets"] |= more["presets"]
+    return results
+
+
+def record(results_paths: list[Path], doc: Path) -> None:
+    results = merged(results_paths)
     text = doc.read_text()
     begin, end = text.find(MARK_BEGIN), text.find(MARK_END)
     if begin < 0 or end < 0:
@@ -147,7 +167,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--timeout-s", type=float, default=180, help="per preset")
     p.add_argument("--experiment", default=EXPERIMENT)
-    p.add_argument("--record", type=Path, help="presets.json to render into --doc")
+    p.add_argument("--record", type=Path, nargs="+", help="presets.json file(s) of one session to render into --doc")
     p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
     a = p.parse_args()
     if a.record:
