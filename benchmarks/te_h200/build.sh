@@ -1,6 +1,6 @@
 #!/bin/bash
 # Build TransformerEngine for JAX for a GPU machine that has jax (CUDA 13) but no network, on a machine
-# that has network but no GPU, and pack it into parts small enough to travel one per device call.
+# that has network but no GPU, and pack it into parts small enough to copy over one per command.
 #   bash benchmarks/te_h200/build.sh [OUT_DIR]      (default .te; needs g++, xz, python3.12 headers)
 # transformer_engine_jax is a source package whose setup.py asks a GPU jax for the CUDA version, so its
 # pybind11 extension is compiled here directly, against headers taken from the pinned wheels below.
