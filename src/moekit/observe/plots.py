@@ -29,6 +29,14 @@ def _caption(runs: Sequence[Run]) -> str:
     return f"measured: {', '.join(hw)}; {', '.join(dates)}"
 
 
+def _save(plt, fig, runs: Sequence[Run], path: Path) -> None:
+    """Every chart: the runs' provenance as a caption, then written and closed."""
+    fig.text(0.01, 0.01, _caption(runs), fontsize=7, color="gray")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     """Write the three plots into `out`; returns their file names."""
     plt = _pyplot()
@@ -47,10 +55,7 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.text(0.01, 0.01, _caption(runs), fontsize=7, color="gray")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(out / STEP_TIME_PNG, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, runs, out / STEP_TIME_PNG)
 
     fig, ax = plt.subplots(figsize=(wide, 4.5))
     meds = [r.summary["tflops_per_device"] or 0.0 for r in runs]
@@ -67,10 +72,7 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     ax.set_xticks(range(len(runs)), names, rotation=15 if len(runs) > 3 else 0, fontsize=8)
     ax.set(ylabel="TFLOP/s per device (MaxText's count)", title="Throughput: steady-state median (bars: min-max)")
     ax.grid(axis="y", alpha=0.3)
-    fig.text(0.01, 0.01, _caption(runs), fontsize=7, color="gray")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(out / TFLOPS_PNG, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, runs, out / TFLOPS_PNG)
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (name, r) in enumerate(zip(names, runs, strict=True)):
@@ -88,8 +90,5 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     ax.set(xlabel="step", ylabel="training loss", title="Loss curves")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.text(0.01, 0.01, _caption(runs), fontsize=7, color="gray")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(out / LOSS_PNG, dpi=110)
-    plt.close(fig)
+    _save(plt, fig, runs, out / LOSS_PNG)
     return [STEP_TIME_PNG, TFLOPS_PNG, LOSS_PNG]
