@@ -20,6 +20,10 @@ else
 fi
 export PYTHONPATH=/tmp/site:$PWD/.whl/stubs:$PWD/src
 MOEKIT="python3 -m moekit"
+bench_gmm() {  # back ends, skews, log file under $OUT
+  timeout ${GMM_TIMEOUT:-110} $MOEKIT bench gmm --backends "$1" --skews "$2" --out "$OUT/gmm.json" > "$OUT/$3" 2>&1
+  log "bench gmm rc=$?"
+}
 for phase in "$@"; do
   name=${phase%%:*}; arg=${phase#*:}; [ "$arg" = "$phase" ] && arg=""
   log "phase $name $arg"
@@ -33,17 +37,16 @@ for phase in "$@"; do
       python3 -c "import moekit.cli as c; c._parser()" >> "$OUT/preflight.txt" 2>&1 || { log "moekit cli broken"; exit 1; } ;;
     te)
       # TransformerEngine from benchmarks/te_h200/build.sh's parts (staged by earlier calls). TE's NCCL EP
-      # needs NCCL >= 2.30.4. XLA and TE must share one libnccl.so.2: the image's copies become links to the
+      # needs NCCL >= 2.30.4. XLA and TE must share one libnccl.so.2: the image's copy becomes a link to the
       # newer one (one file, so the loader maps it once), which is also where TE's core library finds it.
       bash benchmarks/te_h200/stage.sh > "$OUT/te.txt" 2>&1 || { log "te not staged"; cat "$OUT/te.txt"; exit 1; }
+      # The image's pip NVIDIA libraries, the ones jax loads.
+      nv=$(python3 -c "import glob,sys; print(next(g for d in sys.path if d and not d.startswith('/tmp') for g in glob.glob(d+'/nvidia')))")
       new=/tmp/te_site/nvidia/nccl/lib/libnccl.so.2
-      for f in $(python3 -c "import glob,sys; print(' '.join(g for d in sys.path if d and not d.startswith('/tmp') for g in glob.glob(d+'/nvidia/nccl/lib/libnccl.so.2')))"); do
-        echo "linking $f -> $new" >> "$OUT/te.txt"; ln -sf "$new" "$f"
-      done
+      echo "linking $nv/nccl/lib/libnccl.so.2 -> $new" >> "$OUT/te.txt"; ln -sf "$new" "$nv/nccl/lib/libnccl.so.2"
       python3 benchmarks/te_h200/grouped_gemm_v1.py /tmp/te_site >> "$OUT/te.txt" 2>&1
       # TE's core library must resolve cuDNN/cuBLAS to the copies jax loads (pip's), not the older cuDNN in /lib:
       # mixing them fails with undefined cuDNN symbols. TE also loads cuDNN from CUDNN_HOME first.
-      nv=$(python3 -c "import glob,sys; print(next(g for d in sys.path if d for g in glob.glob(d+'/nvidia')))")
       export CUDNN_HOME=$nv/cudnn PYTHONPATH=/tmp/te_site:$PYTHONPATH
       export LD_LIBRARY_PATH=/tmp/te_site/nvidia/nccl/lib:$nv/cudnn/lib:$nv/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
       NCCL_DEBUG=VERSION timeout 120 python3 -c "
@@ -65,11 +68,9 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
       timeout -s INT ${VERIFY_TIMEOUT:-300} $MOEKIT verify "${vargs[@]}" --out /tmp/verify > "$OUT/verify.txt" 2>&1; log "verify rc=$?"
       cp /tmp/verify/verify.json "$OUT/" 2>/dev/null ;;
     gmm)
-      timeout ${GMM_TIMEOUT:-110} $MOEKIT bench gmm --backends ${GMM_BACKENDS:-tokamax,te} --skews ${GMM_SKEWS:-balanced,dirichlet:1.0} \
-        --out "$OUT/gmm.json" > "$OUT/gmm.txt" 2>&1; log "bench gmm rc=$?" ;;
+      bench_gmm "${GMM_BACKENDS:-tokamax,te}" "${GMM_SKEWS:-balanced,dirichlet:1.0}" gmm.txt ;;
     micro)
-      timeout ${GMM_TIMEOUT:-110} $MOEKIT bench gmm --backends tokamax,tokamax_triton,te --skews balanced,dirichlet:1.0,dirichlet:0.3 \
-        --out "$OUT/gmm.json" > "$OUT/micro.txt" 2>&1; log "bench gmm rc=$?"
+      bench_gmm tokamax,tokamax_triton,te balanced,dirichlet:1.0,dirichlet:0.3 micro.txt
       timeout ${DISPATCH_TIMEOUT:-60} $MOEKIT bench dispatch --out "$OUT/dispatch.json" >> "$OUT/micro.txt" 2>&1; log "bench dispatch rc=$?" ;;
     presets)
       timeout -s INT ${PRESETS_TIMEOUT:-540} python3 benchmarks/run_presets.py --out /tmp/presets --presets "$arg" \
