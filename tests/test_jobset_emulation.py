@@ -5,7 +5,10 @@ cluster DNS do for each pod: it sets the controllers' labels and annotations, re
 (value with $(VAR) expansion, downward-API fieldRefs), and starts the container's own command as a
 separate process in its own mount and UTS namespaces, where /etc/hosts maps every pod hostname
 (<jobset>-<rjob>-<job>-<pod>.<subdomain>) to loopback, as the headless service would. All pods share
-one private network namespace, so their ports cannot meet anything else on this machine. The image
+one private network namespace, so their ports cannot meet anything else on this machine. Volumes of
+the pod spec are bind mounts of host folders (a PersistentVolumeClaim is one folder per claim, shared by all
+pods and restarts, as a ReadWriteMany volume is); the container's own filesystem under /mnt is a fresh tmpfs
+per pod, so mount paths there need no folder on this machine. The image
 is stood in for by this checkout's virtual environment (`moekit` on PATH) and its entrypoint script (the
 Dockerfile's ENTRYPOINT, which runs when a container gives args and no command). A failed pod fails its Job
 (backoffLimit: 0) and the JobSet then stops every other pod (failurePolicy), as the controller does.
@@ -21,6 +24,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +32,7 @@ import pytest
 import yaml
 
 from conftest import REPO, losses, moekit
+from moekit.commands import render as render_cmd
 
 pytestmark = pytest.mark.integration
 
@@ -55,6 +60,8 @@ class Pod:
     annotations: dict[str, str]
     env: dict[str, str] = field(default_factory=dict)
     command: list[str] = field(default_factory=list)
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)
+    """(source: 'claim:<name>' or a host path, mount path, read-only) of every persistent volume."""
 
 
 def expand(text: str, env: dict[str, str]) -> str:
@@ -137,7 +144,25 @@ def materialize(manifest: dict, restarts: int = 0) -> list[Pod]:
                 pod.env = env
                 command = container.get("command") or image_entrypoint()
                 pod.command = [expand(a, env) for a in command + container.get("args", [])]
+                pod.mounts = mounts(tmpl["spec"], container)
     return pods
+
+
+def mounts(pod_spec: dict, container: dict) -> list[tuple[str, str, bool]]:
+    """The container's volume mounts of PersistentVolumeClaims and host paths (emptyDir stays the pod's own)."""
+    volumes = {v["name"]: v for v in pod_spec.get("volumes", [])}
+    out = []
+    for m in container.get("volumeMounts", []):
+        v = volumes[m["name"]]  # the API server refuses a mount of an undeclared volume
+        if "persistentVolumeClaim" in v:
+            source = f"claim:{v['persistentVolumeClaim']['claimName']}"
+        elif "hostPath" in v:
+            source = v["hostPath"]["path"]
+        else:
+            assert "emptyDir" in v, f"the emulator does not know volume {v}"
+            continue
+        out.append((source, m["mountPath"], bool(m.get("readOnly"))))
+    return out
 
 
 class Network:
@@ -164,15 +189,26 @@ class Network:
         self.holder.kill()
         self.holder.wait()
 
-    def start(self, pod: Pod, workdir: Path, fqdns: list[str]) -> subprocess.Popen:
-        """The pod's container: own PID, mount and UTS namespaces, /etc/hosts, hostname and working directory."""
+    def start(self, pod: Pod, workdir: Path, fqdns: list[str], claims: dict[str, Path]) -> subprocess.Popen:
+        """The pod's container: own PID, mount and UTS namespaces, /etc/hosts, hostname, volumes, working directory.
+
+        claims: PersistentVolumeClaim name -> the host folder that stands for its volume.
+        """
         workdir.mkdir(parents=True)
         hosts = workdir / "etc-hosts"
         # The kubelet's /etc/hosts names the pod itself (gloo resolves its own hostname); the other entries stand
         # for the cluster DNS answering for the headless service of the JobSet.
         own = f"127.0.0.1 {pod.fqdn}.{pod.namespace}.svc.cluster.local {pod.hostname}\n"
         hosts.write_text("127.0.0.1 localhost\n" + own + "".join(f"127.0.0.1 {fqdn}\n" for fqdn in fqdns))
-        setup = f'mount --bind {hosts} /etc/hosts && hostname {pod.hostname} && exec "$@"'
+        setup = f"mount --bind {hosts} /etc/hosts && hostname {pod.hostname} && "
+        if pod.mounts:
+            setup += "mount -t tmpfs tmpfs /mnt && "
+        for source, target, read_only in pod.mounts:
+            assert target.startswith("/mnt/"), f"the emulator mounts volumes under /mnt only, not at {target}"
+            host = claims[source.removeprefix("claim:")] if source.startswith("claim:") else Path(source)
+            setup += f"mkdir -p {target} && mount --bind {host} {target} && "
+            setup += f"mount -o remount,bind,ro {target} && " if read_only else ""
+        setup += 'exec "$@"'
         env = {"PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir)} | pod.env
         return subprocess.Popen(
             ["nsenter", f"--net=/proc/{self.holder.pid}/ns/net", "unshare", "--mount", "--uts", "--pid", "--fork"]
@@ -194,15 +230,25 @@ class Outcome:
     restarts: int = 0
 
 
+Lose = Callable[[int, float], bool]
+"""(restart attempt, seconds since the attempt started) -> whether the pod's node is lost now."""
+
+
 def run_jobset(
-    manifest: dict, workdir: Path, timeout_s: float, lose: dict[int, float] | None = None, controller: bool = True
+    manifest: dict,
+    workdir: Path,
+    timeout_s: float,
+    lose: dict[int, Lose] | None = None,
+    controller: bool = True,
+    claims: dict[str, Path] | None = None,
 ) -> Outcome:
     """Run the JobSet; pods of attempt N live in workdir/attempt<N>/<hostname>.
 
     A failed pod fails its Job (backoffLimit: 0); the JobSet controller then deletes every Job, and with them
     the pods still running, and recreates them (restart-attempt + 1) while restarts < maxRestarts, else the
     JobSet has Failed. Without `controller`, survivors are left alone: they must end by themselves.
-    lose: pod index -> seconds after its attempt's start at which that pod's node is lost (processes killed).
+    lose: pod index -> when that pod's node is lost (its processes killed).
+    claims: PersistentVolumeClaim name -> host folder of its volume (kept across restarts).
     """
     max_restarts = manifest["spec"]["failurePolicy"]["maxRestarts"] if controller else 0
     start, restarts = time.monotonic(), 0
@@ -210,7 +256,7 @@ def run_jobset(
         while True:
             pods = materialize(manifest, restarts)
             folder = workdir / f"attempt{restarts}"
-            codes, state = _attempt(net, pods, folder, start + timeout_s, lose or {}, controller)
+            codes, state = _attempt(net, pods, folder, start + timeout_s, lose or {}, controller, restarts, claims)
             if state != "Failed" or restarts >= max_restarts:
                 break
             restarts += 1
@@ -218,15 +264,22 @@ def run_jobset(
 
 
 def _attempt(
-    net: Network, pods: list[Pod], folder: Path, deadline: float, lose: dict[int, float], controller: bool
+    net: Network,
+    pods: list[Pod],
+    folder: Path,
+    deadline: float,
+    lose: dict[int, Lose],
+    controller: bool,
+    restarts: int,
+    claims: dict[str, Path] | None,
 ) -> tuple[list[int | None], str]:
     begun = time.monotonic()
-    procs = [net.start(p, folder / p.hostname, [q.fqdn for q in pods]) for p in pods]
+    procs = [net.start(p, folder / p.hostname, [q.fqdn for q in pods], claims or {}) for p in pods]
     state = "Running"
     while state == "Running":
         time.sleep(0.5)
-        for i, t in lose.items():
-            if time.monotonic() - begun >= t and procs[i].poll() is None:
+        for i, when in lose.items():
+            if procs[i].poll() is None and when(restarts, time.monotonic() - begun):
                 os.killpg(procs[i].pid, signal.SIGKILL)
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
@@ -268,17 +321,78 @@ def test_pod_env_is_materialized_from_the_manifest():
     assert expand("a-$(X)-$$(X)-$(Y)", {"X": "1"}) == "a-1-$(X)-$(Y)"
 
 
-def test_two_pods_train_with_identical_losses(tmp_path):
+@pytest.fixture(scope="module")
+def golden_run(tmp_path_factory) -> tuple[Outcome, list[Path]]:
+    """The committed 2-pod smoke JobSet, run once: its outcome and the pods' logs."""
     _needs_namespaces()
-    out = run_jobset(yaml.safe_load(GOLDEN.read_text()), tmp_path, timeout_s=480)
-    logs = [tmp_path / f"attempt{out.restarts}" / f"smoke-workers-0-{i}" / "pod.log" for i in (0, 1)]
+    folder = tmp_path_factory.mktemp("golden")
+    out = run_jobset(yaml.safe_load(GOLDEN.read_text()), folder, timeout_s=480)
+    return out, [folder / f"attempt{out.restarts}" / f"smoke-workers-0-{i}" / "pod.log" for i in (0, 1)]
+
+
+def test_two_pods_train_with_identical_losses(golden_run):
+    out, logs = golden_run
     assert out.jobset == "Completed", (out.codes, [log.read_text()[-2000:] for log in logs])
     assert out.restarts == 0
     first, second = _run_dir(logs[0]), _run_dir(logs[1])
     assert first.is_relative_to(logs[0].parent) and second.is_relative_to(logs[1].parent)  # own filesystems
+    assert first.is_absolute() and second == second.parents[2] / "nodes" / "1"  # node 1 keeps its records apart
     a, b = losses(first), losses(second, "metrics.1.jsonl")
     assert len(a) == 10 and a == b
     assert "step 10/10" in logs[0].read_text()
+
+
+def test_a_restarted_jobset_resumes_from_checkpoints_on_its_volume(golden_run, tmp_path):
+    """The golden's job with checkpoints every 3 steps on a PersistentVolumeClaim (cluster.output). Pod 1's node
+    is lost after the checkpoint of step 3: the JobSet restarts the group, whose pods find the run directory on
+    the volume and resume it. The losses are the uninterrupted golden run's."""
+    ref_out, ref_logs = golden_run
+    assert ref_out.jobset == "Completed"
+    text, _, _ = render_cmd.render(
+        [
+            "experiment=smoke",
+            "target=jobset",
+            "cluster.nodes=2",
+            "cluster.gpus_per_node=1",
+            "checkpoint.every=3",
+            "cluster.volumes=[{name: runs, path: /mnt/moekit-runs, claim: moekit-runs}]",
+            "cluster.output=runs",
+        ]
+    )
+    claim = tmp_path / "pvc"
+    claim.mkdir()
+    run = claim / "smoke"  # <volume path>/<cluster.name or experiment_name>, the same for every pod and restart
+
+    def after_checkpoint(attempt: int, seconds: float) -> bool:
+        steps = _steps_partial(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []
+        return attempt == 0 and (run / "smoke" / "checkpoints" / "3").is_dir() and max(steps, default=-1) >= 4
+
+    out = run_jobset(
+        yaml.safe_load(text), tmp_path / "job", 900, lose={1: after_checkpoint}, claims={"moekit-runs": claim}
+    )
+    logs = [tmp_path / "job" / f"attempt{out.restarts}" / f"smoke-workers-0-{i}" / "pod.log" for i in (0, 1)]
+    assert out.jobset == "Completed" and out.restarts == 1, (out.codes, [log.read_text()[-3000:] for log in logs])
+    assert "resuming from the checkpoint of step" in logs[0].read_text()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["attempt"] == 2 and manifest["resumed_from_checkpoint"] >= 3
+    assert manifest["attempts"][0]["failure"]["class"] == "killed"
+    killed = _steps_partial(run / "attempts" / "1" / "metrics.jsonl")
+    assert max(killed) >= 4  # steps past the checkpoint, run again after the restart
+    for records, name in ((run, "metrics.jsonl"), (run / "nodes" / "1", "metrics.1.jsonl")):
+        assert [json.loads(line)["step"] for line in (records / name).read_text().splitlines()] == list(range(10))
+    reference = losses(_run_dir(ref_logs[0]))
+    resumed = losses(run)
+    assert max(abs(a - b) for a, b in zip(reference, resumed, strict=True)) <= 1e-3, (reference, resumed)
+
+
+def _steps_partial(path: Path) -> list[int]:
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(int(json.loads(line)["step"]))
+        except (ValueError, KeyError):
+            continue
+    return out
 
 
 def test_a_lost_pod_ends_the_group(tmp_path):
@@ -300,13 +414,14 @@ def test_a_lost_pod_ends_the_group(tmp_path):
     assert proc.returncode == 0, proc.stderr
     manifest = yaml.safe_load(manifest_file.read_text())
 
-    grouped = run_jobset(manifest, tmp_path / "jobset", timeout_s=120, lose={1: 0.0})
+    at_start = {1: lambda attempt, seconds: True}
+    grouped = run_jobset(manifest, tmp_path / "jobset", timeout_s=120, lose=at_start)
     assert grouped.jobset == "Failed" and grouped.restarts == 1 and grouped.codes[1] == -signal.SIGKILL
     assert grouped.codes[0] == -signal.SIGKILL  # deleted with the group, not left waiting
     assert grouped.seconds < 30
     assert (tmp_path / "jobset" / "attempt1" / "smoke-workers-0-0" / "pod.log").exists()  # recreated once
 
-    alone = run_jobset(manifest, tmp_path / "alone", timeout_s=240, lose={1: 0.0}, controller=False)
+    alone = run_jobset(manifest, tmp_path / "alone", timeout_s=240, lose=at_start, controller=False)
     log0 = (tmp_path / "alone" / "attempt0" / "smoke-workers-0-0" / "pod.log").read_text()
     assert alone.jobset == "Failed" and alone.codes[0] == 1, log0[-3000:]
     assert "training failed" in log0, log0[-3000:]

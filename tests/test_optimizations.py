@@ -14,9 +14,10 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, compose, losses, moekit, shared_file
+from conftest import REPO, compose, losses, moekit
 from moekit.config.checks import problems
 from moekit.config.compose import group_options
+from moekit.observe import published
 from moekit.translate.job import build
 from moekit.translate.xla_flags import flag_entries
 
@@ -56,7 +57,7 @@ def changed(a: dict, b: dict) -> set[str]:
 
 
 def test_dsv3_blog_matches_the_published_configuration_key_for_key():
-    blog = yaml.safe_load(shared_file("reference/blog-dsv3.yaml").read_text())
+    blog = published.entry(published.load(), "blog_gb300_1024")["configuration"]
     cfg = compose("dsv3_blog")
     args, flags, env = translated("dsv3_blog")
     for key, value in blog["maxtext"].items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import subprocess
 import sys
@@ -11,14 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import EXPERIMENTS, REPO, compose, moekit, shared_file
+from conftest import EXPERIMENTS, REPO, compose, moekit
 from moekit import rendezvous as rz
 from moekit.commands import render as cmd
 from moekit.render import jobset, validate
 
 K8S = REPO / "k8s"
 GOLDENS = sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
-CRD = "schemas/jobset-crd-v0.12.0.yaml"
 
 
 def _render(*overrides: str) -> dict:
@@ -27,7 +27,26 @@ def _render(*overrides: str) -> dict:
 
 
 def _problems(manifest: dict, kubernetes: str = "1.30") -> list[str]:
-    return validate.problems(manifest, shared_file(CRD), kubernetes)
+    return validate.problems(manifest, None, kubernetes)  # the JobSet schema moekit ships
+
+
+def _kubernetes(experiment: str) -> str:
+    """The Kubernetes version render --check validates an experiment against: 1.30, or what its network needs."""
+    return max("1.30", compose(experiment).network.min_kubernetes, key=lambda v: tuple(map(int, v.split("."))))
+
+
+def _crd(schema: dict) -> dict:
+    """A CustomResourceDefinition serving `schema` as v1alpha2, as `kubectl get crd ... -o yaml` prints one."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "jobsets.jobset.x-k8s.io"},
+        "spec": {
+            "group": "jobset.x-k8s.io",
+            "names": {"kind": "JobSet", "plural": "jobsets"},
+            "versions": [{"name": "v1alpha2", "served": True, "schema": {"openAPIV3Schema": schema}}],
+        },
+    }
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -35,7 +54,7 @@ def test_every_experiment_renders_a_valid_jobset(experiment):
     # Names over 25 characters are refused before rendering (test_names_too_long...); give those a short one.
     name = [f"cluster.name=e{len(experiment)}"] if len(experiment) > 25 else []
     manifest = _render(f"experiment={experiment}", "target=jobset", *name)
-    assert _problems(manifest) == []
+    assert _problems(manifest, _kubernetes(experiment)) == []
 
 
 def test_jobset_shape_follows_the_config():
@@ -197,7 +216,8 @@ def test_goldens_equal_fresh_renders(tmp_path):
 
 def test_goldens_validate():
     for path in GOLDENS:
-        assert _problems(yaml.safe_load(path.read_text())) == [], path
+        experiment = next(a for a in _container(yaml.safe_load(path.read_text()))["args"] if "experiment=" in a)
+        assert _problems(yaml.safe_load(path.read_text()), _kubernetes(experiment.split("=")[1])) == [], path
 
 
 @pytest.mark.integration  # spawns kubectl
@@ -217,11 +237,65 @@ def test_kustomize_builds_with_the_patches():
 @pytest.mark.integration  # spawns the CLI
 def test_cli_check_and_output(tmp_path):
     out = tmp_path / "job.yaml"
-    proc = moekit(
-        "render", "experiment=smoke", "target=jobset", "--check", "--crd", str(shared_file(CRD)), "-o", str(out)
-    )
+    proc = moekit("render", "experiment=smoke", "target=jobset", "--check", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert "valid" in proc.stderr and yaml.safe_load(out.read_text())["kind"] == "JobSet"
+    assert "JobSet v0.12.0 CRD" in proc.stderr and "valid" in proc.stderr
+    assert yaml.safe_load(out.read_text())["kind"] == "JobSet"
+
+
+@pytest.mark.integration  # spawns the CLI
+def test_cli_check_uses_the_clusters_own_crd(tmp_path):
+    """--crd reads the cluster's CRD (here one that lacks spec.successPolicy, as an older release would)."""
+    schema = yaml.safe_load(json.dumps(validate.packaged_schema()))
+    del schema["properties"]["spec"]["properties"]["successPolicy"]
+    crd = tmp_path / "crd.yaml"
+    crd.write_text(yaml.safe_dump(_crd(schema)))
+    proc = moekit("render", "experiment=smoke", "target=jobset", "--check", "--crd", str(crd))
+    assert proc.returncode == 1 and f"the CRD in {crd}" in proc.stderr, proc.stderr
+    assert "'successPolicy' was unexpected" in proc.stderr
+
+
+def test_packaged_schema_is_strict_and_names_its_source():
+    schema = validate.packaged_schema()
+    assert schema[validate.SOURCE_KEY]["jobset_version"] == "v0.12.0"
+    assert schema[validate.SOURCE_KEY]["served_version"] == "v1alpha2"
+    spec = schema["properties"]["spec"]
+    assert spec["additionalProperties"] is False and "replicatedJobs" in spec["properties"]
+    assert "description" not in json.dumps(schema)  # structure only
+
+
+def test_schema_script_keeps_structure_and_drops_prose(tmp_path):
+    """scripts/jobset_schema.py on a small CRD: strict, prose gone, a field that is *called* description kept."""
+    crd = _crd(
+        {
+            "type": "object",
+            "description": "JobSet",
+            "properties": {
+                "spec": {
+                    "type": "object",
+                    "description": "the spec",
+                    "properties": {
+                        "description": {"type": "string", "description": "a field of that name"},
+                        "replicas": {"type": "integer", "x-kubernetes-int-or-string": True},
+                    },
+                }
+            },
+        }
+    )
+    (tmp_path / "crd.yaml").write_text(yaml.safe_dump(crd))
+    out = tmp_path / "schema.json"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "jobset_schema.py"), str(tmp_path / "crd.yaml"), "--jobset-version",
+         "v9.9.9", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(out.read_text())
+    spec = got["properties"]["spec"]
+    assert spec["additionalProperties"] is False and "description" not in spec
+    assert spec["properties"]["description"] == {"type": "string"}
+    assert spec["properties"]["replicas"] == {"anyOf": [{"type": "integer"}, {"type": "string"}]}
+    assert got[validate.SOURCE_KEY]["jobset_version"] == "v9.9.9"
 
 
 @pytest.mark.integration  # spawns the CLI
@@ -230,7 +304,6 @@ def test_cli_check_and_output(tmp_path):
     [
         (["experiment=smoke"], "choose one target"),
         (["experiment=smoke", "target=jobset", "cluster=local"], "implied"),
-        (["experiment=smoke", "target=jobset", "--check"], "--crd"),
         (["experiment=smoke", "target=jobset", "--check", "--crd", "/nonexistent.yaml"], "kubectl get crd"),
     ],
 )
@@ -243,7 +316,7 @@ def test_cli_user_errors(args, message):
 @pytest.mark.integration  # spawns the CLI
 def test_cli_check_fails_on_an_invalid_manifest():
     bad_env = "cluster.env.FOO='$(UNDEFINED)'"  # Kubernetes would leave it unexpanded
-    proc = moekit("render", "experiment=smoke", "target=jobset", bad_env, "--check", "--crd", str(shared_file(CRD)))
+    proc = moekit("render", "experiment=smoke", "target=jobset", bad_env, "--check")
     assert proc.returncode == 1, proc.stderr
     assert "env FOO refers to $(UNDEFINED)" in proc.stderr
     assert "command refers" not in proc.stderr  # the override itself reaches the pod escaped ($$)

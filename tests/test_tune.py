@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -28,7 +32,7 @@ def test_axes_expand_to_their_product():
         tuning.parse_candidate("moe=dense xla")
 
 
-# Loss trajectories measured on one H200 (2026-12-02, ../shared/reference/h200-measurements.md): the
+# Loss trajectories measured on one H200 (2026-12-02, MaxText 0.2.5, jax 0.11.2; docs/metrics.md): the
 # reference path, a path that agrees to 1e-3, and the host-offload run that drifts from the second step on.
 REF = [10.3800, 10.3253, 9.90, 9.40, 8.90, 8.40, 8.00, 7.80, 7.70, 7.685]
 SAME = [10.3800, 10.3258, 9.9004, 9.4009, 8.9003, 8.4006, 8.0008, 7.8004, 7.7005, 7.684]
@@ -96,22 +100,64 @@ def test_invalid_candidates_stop_the_sweep_before_any_run(tmp_path):
 @pytest.mark.integration
 def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path):
     """Real CPU trainings: the base (also the loss reference), an equivalent path, a learning rate 1000x
-    larger (trains, but its losses leave the reference's), and a key MaxText rejects (the run fails)."""
+    larger (trains, but its losses leave the reference's), a key MaxText rejects (the run fails) and hardware
+    this host lacks (moekit train refuses it before launching). Then the printed instructions, run as printed."""
+    conf = tmp_path / "conf"  # the printed `cp` installs the preset here, not in this checkout
+    shutil.copytree(REPO / "conf", conf)
+    env = {"MOEKIT_CONF_DIR": str(conf), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     base = ["experiment=smoke", "precision=fp32", "train.steps=3"]
     proc = moekit(
         "tune", *base,
         "--candidate", "moe=dense",
         "--candidate", "train.learning_rate=0.03",
         "--candidate", "maxtext.extra.no_such_maxtext_key=1",
-        "--name", "smoke_tuned", "--out", str(tmp_path), "--timeout-s", "400",
-        timeout=1500,
+        "--candidate", "hardware=h200",
+        "--name", "smoke_tuned", "--out", str(tmp_path / "tune"), "--timeout-s", "400",
+        env=env, timeout=1500,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
-    record = json.loads((tmp_path / "tune.json").read_text())
+    (out,) = (tmp_path / "tune" / "smoke_tuned").iterdir()  # <--out>/<name>/<timestamp>
+    assert f"runs in {out}" in proc.stdout
+    record = json.loads((out / "tune.json").read_text())
     by = {tuning.label(r["overrides"][len(base) :]): r for r in record["runs"] if r["role"] != "reference"}
     assert by["(base)"]["accepted"] and by["moe=dense"]["accepted"]
     assert by["train.learning_rate=0.03"]["status"] == "ok" and not by["train.learning_rate=0.03"]["accepted"]
-    assert by["maxtext.extra.no_such_maxtext_key=1"]["status"] == "failed"
+    bad_key, no_gpu = by["maxtext.extra.no_such_maxtext_key=1"], by["hardware=h200"]
+    assert bad_key["status"] == "failed" and bad_key["failure"]["class"] == "configuration_error"
+    assert no_gpu["status"] == "failed" and no_gpu["failure"]["class"] == "refused"
+    assert "hardware=h200 needs NVIDIA GPUs" in no_gpu["failure"]["evidence"]
+    # The table names each failure's class; the lines below it give the evidence.
+    row = next(
+        line for line in proc.stdout.splitlines() if "`experiment=smoke precision=fp32 train.steps=3 hardware" in line
+    )
+    assert "| failed | refused before launch |" in row
+    assert "evidence: hardware=h200 needs NVIDIA GPUs" in proc.stdout
+    assert f"evidence: {bad_key['failure']['evidence']}" in proc.stdout and "configuration error" in proc.stdout
     assert record["winner"] in (by["(base)"]["overrides"], by["moe=dense"]["overrides"])
-    preset = yaml.safe_load((tmp_path / "smoke_tuned.yaml").read_text())
+    preset = yaml.safe_load((out / "smoke_tuned.yaml").read_text())
     assert preset["experiment_name"] == "smoke_tuned" and preset["expect"]["provenance"]["kind"] == "measured"
+
+    # Without --write-preset the preset is not an experiment yet; the printed commands make it one and run it.
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if "to run it" in line)
+    commands = [line.strip() for line in lines[at + 1 : at + 3]]
+    assert commands[0].startswith("cp ") and commands[1] == "moekit train experiment=smoke_tuned"
+    for command in commands:
+        done = subprocess.run(command, shell=True, cwd=tmp_path, env=os.environ | env, capture_output=True, text=True,
+                              timeout=900)  # fmt: skip
+        assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
+    assert "moekit: run directory" in done.stdout
+
+
+@pytest.mark.integration
+def test_every_sweep_gets_a_new_folder(tmp_path):
+    """Two sweeps into one --out: two folders, the first left as it was (runs refused at once: no GPU here)."""
+    args = ["tune", "experiment=smoke", "hardware=h200", "--name", "again", "--out", str(tmp_path), "--timeout-s", "60"]
+    first = moekit(*args, timeout=300)
+    assert first.returncode == 1 and "no candidate finished" in first.stdout, first.stdout + first.stderr
+    (folder,) = (tmp_path / "again").iterdir()
+    before = (folder / "tune.json").read_text()
+    second = moekit(*args, timeout=300)
+    assert second.returncode == 1
+    assert len(list((tmp_path / "again").iterdir())) == 2 and (folder / "tune.json").read_text() == before
+    assert "refused before launch" in second.stdout and "evidence: hardware=h200 needs NVIDIA GPUs" in second.stdout

@@ -43,16 +43,16 @@ def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-def check_reusable(run: Path, config: Mapping[str, Any]) -> dict[str, Any] | None:
+def check_reusable(run: Path, config: Mapping[str, Any], fix_new: str | None = None) -> dict[str, Any] | None:
     """Raise RunDirError unless `run` is new, empty or an unfinished run of the same config.
 
     Returns the previous manifest (None for a new directory). Reads only: nothing is written.
-    `config` is the resolved config as config.yaml records it (redacted).
+    `config` is the resolved config as config.yaml records it (redacted); `fix_new` says how to get a new one.
     """
-    fix_new = "leave run.dir unset (a new directory per run) or choose a new run.dir"
+    fix_new = fix_new or "leave run.dir unset (a new directory per run) or choose a new run.dir"
     if run.exists() and not run.is_dir():
         raise RunDirError(f"run.dir={run} is a file, not a directory; {fix_new}.")
-    if not run.is_dir() or not [p for p in run.iterdir() if p.name != LOCK]:
+    if not run.is_dir() or not [p for p in run.iterdir() if p.name not in (LOCK, rundir.NODES)]:
         return None
     manifest_path = run / rundir.MANIFEST
     if not manifest_path.is_file():

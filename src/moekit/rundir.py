@@ -7,9 +7,12 @@ import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from moekit.config.schema import Config
 
 CONFIG = "config.yaml"  # resolved moekit config
 JOB = "job.json"  # MaxText command, XLA flags, env, per-process rendezvous env
@@ -18,6 +21,33 @@ METRICS = "metrics.jsonl"  # MaxText's per-step metrics (metrics_file=)
 LOG = "maxtext.log"  # process 0's output (others: maxtext.<rank>.log)
 SUMMARY = "summary.json"  # steady-state summary with provenance
 MANIFEST = "manifest.json"  # status of the run: ok | failed (with class) | running
+NODES = "nodes"  # nodes/<rank>/: the records of node <rank> > 0 of a multi-node job
+
+
+def absolute(path: str | Path, cwd: Path) -> Path:
+    """`path` as an absolute path, a relative one taken from `cwd` (MaxText's Orbax checkpointer refuses relative
+    paths, and a process started elsewhere must find the same directory). Symbolic links are kept as given."""
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else Path(os.path.normpath(cwd / p))
+
+
+def configured_dir(cfg: Config) -> str | None:
+    """The run directory the config names: run.dir, else, for a cluster job with cluster.output, the same folder
+    on that volume for every node and every restart (<path>/<cluster.name or experiment_name>), so that a
+    restarted job resumes it. None: a new <run.base_dir>/<experiment>/<timestamp> per run."""
+    if cfg.run.dir:
+        return cfg.run.dir
+    volume = cfg.cluster.output_volume
+    if volume is None or cfg.cluster.kind == "local":
+        return None
+    return f"{volume.path.rstrip('/')}/{cfg.cluster.name or cfg.experiment_name}"
+
+
+def node_records(run: Path, node_rank: int) -> Path:
+    """Where one node keeps its records (config, job, manifest, logs, metrics) in a run directory that all nodes of
+    a job may share: node 0 in the run directory itself, node r in nodes/<r>/. MaxText's checkpoints stay in the
+    run directory (base_output_directory): one set for the whole job, as Orbax writes it from every process."""
+    return run if node_rank == 0 else run / NODES / str(node_rank)
 
 
 def write_atomic(path: Path, text: str) -> None:

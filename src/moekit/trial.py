@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from moekit import tuning
+from moekit import rundir, tuning
 
 # MaxText's compile-time memory estimate line (max_utils.print_compiled_memory_stats).
 _ESTIMATE = re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB")
@@ -26,6 +26,7 @@ _ESTIMATE = re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB")
 
 def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Train once; returns status (ok|oom|timeout|failed), the summary numbers, peak memory and losses."""
+    run_dir = rundir.absolute(run_dir, Path.cwd())  # as `moekit train` passes it to MaxText (see _reap)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     console = run_dir.parent / f"{run_dir.name}.out"  # beside it: moekit train wants run.dir new or its own
     argv = [sys.executable, "-m", "moekit", "train", *overrides, f"run.dir={run_dir}"]
@@ -58,9 +59,9 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
         "wall_s": round(wall, 1),
     }
     summary = _json(run_dir / "summary.json")
-    if not summary.get("steps") and (run_dir / "metrics.jsonl").is_file():
+    if not summary.get("steady_steps") and (run_dir / "metrics.jsonl").is_file():
         summary = _summarize_partial(run_dir)  # stopped before moekit summarized: use the steps it logged
-    if summary.get("steps"):
+    if summary.get("steady_steps"):
         result |= {
             "steps": summary["steps"],
             "step_time_s": summary["step_time_s"]["median"],
@@ -78,18 +79,35 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
     found = _ESTIMATE.findall(_tail(run_dir / "maxtext.log", 2_000_000))
     if found:
         result["compiled_estimate_gib"] = round(float(found[-1]) * 1.0, 2)  # MaxText's "GB" are GiB (2**30)
+    result["console"] = str(console)
     if result["status"] != "ok":
         result["error"] = next((ln.strip()[:300] for ln in reversed(log.splitlines()) if ln.strip()), "")
+        result["failure"] = failure(run_dir, _tail(console), result["status"], timeout_s)
     return result
 
 
+def failure(run_dir: Path, console: str, status: str, timeout_s: float) -> dict[str, str]:
+    """Why a trial did not finish: the class and evidence moekit train recorded in the run's manifest, or, when it
+    stopped before launching anything, the error it printed (a config the host cannot run, a busy run.dir)."""
+    if status == "timeout":
+        return {"class": "timeout", "title": "timed out", "evidence": f"still running after {timeout_s:g} s"}
+    recorded = _json(run_dir / "manifest.json").get("failure")
+    if recorded:
+        return {k: str(recorded.get(k, "")) for k in ("class", "title", "evidence", "help")}
+    refused = [ln.removeprefix("moekit: error: ") for ln in console.splitlines() if ln.startswith("moekit: error: ")]
+    if refused:
+        return {"class": "refused", "title": "refused before launch", "evidence": refused[-1].strip()[:300]}
+    last = next((ln.strip()[:300] for ln in reversed(console.splitlines()) if ln.strip()), "no output")
+    return {"class": "error", "title": "ended without a record", "evidence": last}
+
+
 def _summarize_partial(run_dir: Path) -> dict[str, Any]:
-    from moekit.observe import metrics, summary
+    from moekit.observe import metrics, rundata
 
     try:
         cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-        return summary.summarize(metrics.read(run_dir / "metrics.jsonl"), cfg["hardware"]["peak_tflops"])
-    except (OSError, ValueError, KeyError, TypeError, metrics.MetricsError):
+        return rundata.summarize(metrics.read(run_dir / "metrics.jsonl"), cfg, _json(run_dir / "manifest.json"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, metrics.MetricsError):
         return {}
 
 

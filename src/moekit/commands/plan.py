@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from moekit import plan
-from moekit.config.checks import ensure_valid
+from moekit.config.checks import ensure_valid, warnings
 from moekit.config.compose import compose
 from moekit.errors import ConfigError
 
@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    out["config_warnings"] = [str(w) for w in warnings(cfg)]
     print(json.dumps(out, indent=2) if args.format == "json" else format_text(out))
     return 0
 
@@ -123,5 +124,6 @@ def format_text(p: dict[str, Any]) -> str:
             f"  {row['gpus']:>6} GPUs  {row['step_s']:.4f} s/step  weak-scaling efficiency vs one slice "
             f"{row['efficiency']:.2%}  ({row['mesh']})"
         )
+    lines += [f"WARNING: {w}" for w in p.get("config_warnings", [])]
     lines += ["", f"provenance: {p['provenance']}"]
     return "\n".join(lines)

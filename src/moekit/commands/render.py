@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 import moekit
-from moekit.config.checks import ensure_valid
+from moekit.config.checks import ensure_valid, format_warnings, warnings
 from moekit.config.compose import compose
 from moekit.config.schema import Config
 from moekit.errors import ConfigError, MoekitError
@@ -38,10 +38,11 @@ def _jobset_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
 
 
 def _jobset_check(text: str, args: argparse.Namespace, cfg: Config) -> list[str]:
-    if not args.crd:
-        raise MoekitError(f"--check needs the JobSet CRD: --crd PATH ({val.CRD_HINT})")
     version = max(args.kubernetes or val.KUBERNETES_VERSION, cfg.network.min_kubernetes, key=_version_key)
-    return val.problems(yaml.safe_load(text), Path(args.crd), version)
+    schema = val.crd_schema(Path(args.crd)) if args.crd else val.packaged_schema()
+    where = f"the CRD in {args.crd}" if args.crd else f"moekit's copy of the {val.schema_source(schema)} (--crd: yours)"
+    print(f"moekit: checking against {where}, Kubernetes {version}", file=sys.stderr)
+    return val.problems(yaml.safe_load(text), Path(args.crd) if args.crd else None, version)
 
 
 def _version_key(v: str) -> tuple[int, ...]:
@@ -71,7 +72,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", help=f"target=({'|'.join(TARGETS)}) plus Hydra overrides")
     p.add_argument("-o", "--output", help="write to FILE instead of standard output")
     p.add_argument("--check", action="store_true", help="validate the manifest as the cluster would; exit 1 on errors")
-    p.add_argument("--crd", help="JobSet CRD YAML (kubectl get crd jobsets.jobset.x-k8s.io -o yaml)")
+    p.add_argument(
+        "--crd",
+        help="your cluster's JobSet CRD for --check (kubectl get crd jobsets.jobset.x-k8s.io -o yaml); "
+        "default: the schema of the JobSet release moekit ships",
+    )
     p.add_argument("--kubernetes", help=f"Kubernetes API version for --check (default {val.KUBERNETES_VERSION})")
     p.add_argument("--refresh", metavar="DIR", help="re-render every manifest in DIR from the command in its header")
 
@@ -95,6 +100,8 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
             f"drop it (cluster={target.cluster} is implied)"
         )
     cfg = ensure_valid(compose([*rest, f"cluster={target.cluster}"] if not chosen else rest))
+    if found := warnings(cfg):
+        print(format_warnings(found), file=sys.stderr)
     command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
     what = {"jobset": "JobSet", "slurm": "Slurm batch script", "compose": "Compose project"}.get(name, name)
     head = document.header(cfg, what, command, moekit.__version__)

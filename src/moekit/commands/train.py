@@ -19,7 +19,7 @@ import yaml
 
 from moekit import attempts, failures, launch, redact, rundir
 from moekit import rendezvous as rz
-from moekit.config.checks import ensure_valid
+from moekit.config.checks import CHECKS, ensure_valid, format_warnings, warnings
 from moekit.config.compose import compose
 from moekit.config.schema import Config
 from moekit.errors import MoekitError
@@ -39,6 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print config, MaxText command and env; launch nothing")
     p.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
     p.add_argument("-m", "--multirun", action="store_true", help="sweep (a=1,2; glob(*)): one run each + a report")
+    p.epilog = "groups, options and keys: moekit config groups; the composed config and where each value comes from: "
+    p.epilog += "moekit config show [overrides]"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,14 +134,25 @@ def ensure_te_present(cfg: Config) -> None:
     )
 
 
-def resolve_run_dir(cfg: Config, now: datetime, config_view: dict[str, Any]) -> tuple[Path, dict | None]:
-    """The run directory and, when run.dir names an unfinished run of this config, its previous manifest."""
-    if cfg.run.dir:
-        path = Path(cfg.run.dir)
-        previous = attempts.check_reusable(path, config_view)
-        path.mkdir(parents=True, exist_ok=True)
-        return path, previous
-    return rundir.new_run_dir(Path(cfg.run.base_dir), cfg.experiment_name, now), None
+def resolve_run_dir(
+    cfg: Config, now: datetime, config_view: dict[str, Any], cwd: Path, node: int = 0
+) -> tuple[Path, Path, dict | None]:
+    """(run directory, this node's records in it, previous manifest when it names an unfinished run of this config).
+
+    Paths are made absolute here, before MaxText sees them (Orbax refuses relative checkpoint paths).
+    """
+    configured = rundir.configured_dir(cfg)
+    if configured:
+        run = rundir.absolute(configured, cwd)
+        records = rundir.node_records(run, node)
+        fix = None if cfg.run.dir else "choose a new cluster.name (the run directory is named after it) or a run.dir"
+        previous = attempts.check_reusable(records, config_view, fix)
+        records.mkdir(parents=True, exist_ok=True)
+        return run, records, previous
+    run = rundir.new_run_dir(rundir.absolute(cfg.run.base_dir, cwd), cfg.experiment_name, now)
+    records = rundir.node_records(run, node)
+    records.mkdir(parents=True, exist_ok=True)
+    return run, records, None
 
 
 def describe(cfg: Config, job: jobmod.Job, procs: list[dict[str, str]]) -> dict[str, Any]:
@@ -176,7 +189,13 @@ def format_text(view: dict[str, Any], job: jobmod.Job) -> str:
 
 def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", environ: dict[str, str] | None = None) -> int:
     environ = dict(environ if environ is not None else os.environ)
-    cfg = ensure_valid(compose(overrides))
+    phase = progress.Phases()
+    phase("composing the config")
+    composed = compose(overrides)
+    phase(f"checking it ({len(CHECKS)} checks)")
+    cfg = ensure_valid(composed)
+    if found := warnings(cfg):
+        print(format_warnings(found), file=sys.stderr)
     now = datetime.now(UTC)
     names = secret_names(cfg)
     scrub = redact.Scrubber(redact.secret_values(environ, cfg.to_dict(), names))
@@ -184,7 +203,8 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     shown_overrides = [scrub(o) for o in redact.redact_assignments(overrides, names)]
 
     if dry_run:
-        placeholder = "<run.dir>" if not cfg.run.dir else cfg.run.dir
+        configured = rundir.configured_dir(cfg)
+        placeholder = str(rundir.absolute(configured, Path.cwd())) if configured else "<run.dir>"
         job = redacted_job(jobmod.build(cfg, placeholder, f"{placeholder}/{rundir.METRICS}"), names)
         view = describe(cfg, job, jobmod.dry_run_processes(cfg, environ)) | {"config": config_view}
         print(scrub(json.dumps(view, indent=2) if fmt == "json" else format_text(view, job)))
@@ -194,13 +214,15 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     ensure_port_free(cfg)
     ensure_gpus_present(cfg, Path("/dev"))
     ensure_te_present(cfg)
-    run, previous = resolve_run_dir(cfg, now, config_view)
+    node = int(procs[0].get(rz.PROCESS_ID, 0)) // cfg.cluster.processes_per_node
+    root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), node)
     with attempts.locked(run):
-        return _run(cfg, run, previous, procs, environ, shown_overrides, config_view, scrub, now)
+        return _run(cfg, root, run, previous, procs, environ, shown_overrides, config_view, scrub, now, phase)
 
 
 def _run(
     cfg: Config,
+    root: Path,
     run: Path,
     previous: dict | None,
     procs: list[dict[str, str]],
@@ -209,12 +231,13 @@ def _run(
     config_view: dict[str, Any],
     scrub: redact.Scrubber,
     now: datetime,
+    phase: progress.Phases,
 ) -> int:
     names = secret_names(cfg)
     attempt = attempts.set_aside(run)
-    resume_step = attempts.latest_checkpoint(run, cfg.run_name)
+    resume_step = attempts.latest_checkpoint(root, cfg.run_name)
     metrics_path = run / rundir.METRICS
-    job = jobmod.build(cfg, str(run), str(metrics_path))
+    job = jobmod.build(cfg, str(root), str(metrics_path))  # one checkpoint set for all nodes, in the run directory
     view = describe(cfg, redacted_job(job, names), procs)
     inherited = {k: v for k, v in sorted(environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
     rundir.write_yaml(run / rundir.CONFIG, config_view)
@@ -265,11 +288,14 @@ def _run(
     tty = sys.stdout.isatty()
 
     def on_line(line: str) -> None:
+        for p in progress.parse_phase(line):
+            phase(p)
         s = progress.parse(line)
         if s is not None:
             text = progress.format_progress(s, cfg.train.steps, time.monotonic() - started)
             print(("\r" + text) if tty else text, end="" if tty else "\n", flush=True)
 
+    phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
     failure: failures.Failure | None = None
     interrupted: Interrupted | None = None
     with _signals_interrupt():
@@ -294,7 +320,8 @@ def _run(
     summ: dict[str, Any] = {}
     if metrics_path.is_file():
         peaks = cfg.hardware.peak_tflops.model_dump()
-        summ = summary.summarize(metrics.read(metrics_path), peaks)
+        starts = summary.attempt_starts([*history, {"resumed_from_checkpoint": resume_step}])
+        summ = summary.summarize(metrics.read(metrics_path), peaks, cfg.checkpoint.every, starts)
     record = {
         "experiment": cfg.experiment_name,
         "run_dir": str(run),
@@ -322,12 +349,12 @@ def _run(
     }
     this = {"attempt": attempt, "started": base["started"], "resumed_from_checkpoint": resume_step, **status}
     rundir.write_json(run / rundir.MANIFEST, {**base, **status, "attempts": [*history, this]})
-    if summ.get("steps"):
+    if summ.get("steady_steps"):
         print(summary.format_summary(summ, cfg.hardware.name, cfg.hardware.peak_source))
     if failure is None:
         print(f"moekit: run directory {run}")
         return 0
-    _report_failure(failure, outcome, specs, run)
+    _report_failure(failure, outcome, specs, root)
     return 128 + interrupted.signum if interrupted else 1
 
 

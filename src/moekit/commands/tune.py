@@ -3,6 +3,8 @@
     moekit tune experiment=dsv3_proxy_h200 --axis train.per_device_batch_size=6,8 --candidate "xla=blog" \
         --name dsv3_proxy_h200_tuned --out sweeps/h200 [--write-preset]
 
+Each sweep gets a new folder, <--out>/<name>/<timestamp>, with one run directory per trial and tune.json.
+
 Candidates are the Cartesian product of the --axis options plus each --candidate, every one on top of the
 positional overrides (the base, which always runs too). A run that goes out of memory, fails or times out
 is discarded; so is one whose loss trajectory leaves the reference's (the base plus --reference, trained
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from moekit import trial, tuning
+from moekit import rundir, trial, tuning
 from moekit.config.checks import ensure_valid
 from moekit.config.compose import GROUPS, compose, config_dir
 from moekit.errors import ConfigError, MoekitError
@@ -40,7 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "from the base (default: the base itself, e.g. 'moe=dense' for the masked dense path)",
     )
     p.add_argument("--name", help="preset name to write (default: <experiment>_tuned)")
-    p.add_argument("--out", type=Path, default=Path("outputs/tune"), help="folder for the runs and tune.json")
+    p.add_argument(
+        "--out", type=Path, default=Path("outputs/tune"), help="parent of this sweep's new folder <name>/<timestamp>"
+    )
     p.add_argument("--timeout-s", type=float, default=600, help="per run (compilation included)")
     p.add_argument("--write-preset", action="store_true", help="also write conf/experiment/<name>.yaml")
 
@@ -86,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
     candidates, references = _plan(args)
     experiment = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("experiment=")), None)
     name = args.name or f"{experiment or 'default'}_tuned"
-    out = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    out = rundir.new_run_dir(rundir.absolute(args.out, Path.cwd()), name, datetime.now(UTC))  # never a previous one
+    print(f"moekit tune: {len(references)} reference(s) and {len(candidates)} candidate(s); runs in {out}", flush=True)
     runs: list[dict[str, Any]] = []
     record = {
         "base": args.overrides,
@@ -129,29 +134,57 @@ def run(args: argparse.Namespace) -> int:
         runs.append(r)
         save()
     print(format_table(runs))
+    print(format_failures(runs))
     best = tuning.fastest(r for r in runs if r["role"].startswith("candidate"))
     if best is None:
-        print("moekit tune: no candidate finished within tolerance; no preset written")
+        print(f"moekit tune: no candidate finished within tolerance; no preset written ({out / 'tune.json'})")
         return 1
     record["winner"] = best["overrides"]
     save()
     text = preset_yaml(name, best)
-    (out / f"{name}.yaml").write_text(text)
+    preset = out / f"{name}.yaml"
+    preset.write_text(text)
     print(
         f"moekit tune: fastest: {tuning.label(best['overrides'])} "
-        f"({best['tokens_per_s_per_device']:.0f} tokens/s/device); preset in {out / (name + '.yaml')}"
+        f"({best['tokens_per_s_per_device']:.0f} tokens/s/device); preset in {preset}"
     )
+    target = config_dir() / "experiment" / f"{name}.yaml"
     if args.write_preset:
-        target = config_dir() / "experiment" / f"{name}.yaml"
         target.write_text(text)
-        print(f"moekit tune: wrote {target}; run it with: moekit train experiment={name}")
+        print(f"moekit tune: wrote {target}; run it with:\n  moekit train experiment={name}")
+    else:
+        print(
+            f"moekit tune: to run it, add it to the experiments (or tune again with --write-preset):\n"
+            f"  {shlex.join(['cp', str(preset), str(target)])}\n  moekit train experiment={name}"
+        )
     return 0
+
+
+def _why(r: dict[str, Any]) -> str:
+    """A failed run's class, e.g. 'configuration error' (the table); format_failures gives the evidence."""
+    f = r.get("failure")
+    return f["title"] if f else "-"
+
+
+def format_failures(runs: list[dict[str, Any]]) -> str:
+    """Each run that did not finish: its class, the evidence it was read from, where to read more."""
+    failed = [r for r in runs if r.get("failure") and r["role"] != "candidate (same as reference)"]
+    if not failed:
+        return "moekit tune: every run finished"
+    lines = ["moekit tune: runs that did not finish:"]
+    for r in failed:
+        f = r["failure"]
+        lines.append(f"  {tuning.label(r['overrides'])}: {f['title']} ({f['class']})")
+        lines.append(f"    evidence: {f['evidence']}")
+        where = " ".join(x for x in (f.get("help"), r["run_dir"]) if x)
+        lines.append(f"    more: {where} (console: {r['console']})")
+    return "\n".join(lines)
 
 
 def format_table(runs: list[dict[str, Any]]) -> str:
     lines = [
-        "| role | overrides | status | s/step | TFLOP/s/dev | tokens/s/dev | peak GiB | check | accepted |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| role | overrides | status | why | s/step | TFLOP/s/dev | tokens/s/dev | peak GiB | check | accepted |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def f(x: Any, fmt: str) -> str:
@@ -159,7 +192,8 @@ def format_table(runs: list[dict[str, Any]]) -> str:
 
     for r in runs:
         lines.append(
-            f"| {r['role']} | `{tuning.label(r['overrides'])}` | {r['status']} | {f(r.get('step_time_s'), '.3f')} "
+            f"| {r['role']} | `{tuning.label(r['overrides'])}` | {r['status']} | {_why(r)} "
+            f"| {f(r.get('step_time_s'), '.3f')} "
             f"| {f(r.get('tflops_per_device'), '.1f')} | {f(r.get('tokens_per_s_per_device'), '.0f')} "
             f"| {f(r.get('peak_memory_gib'), '.1f')} | {r.get('check', '-')} | {'yes' if r.get('accepted') else 'no'} |"
         )

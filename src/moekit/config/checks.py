@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from moekit import rundir
 from moekit.config.schema import Config
 from moekit.errors import ConfigError
 from moekit.redact import is_secret_name
@@ -27,10 +28,16 @@ class Problem(NamedTuple):
 
 Check = Callable[[Config], Iterator[Problem]]
 CHECKS: list[Check] = []
+WARNINGS: list[Check] = []  # what runs, but not as the user likely means (slow, not refused); printed before launch
 
 
 def check(fn: Check) -> Check:
     CHECKS.append(fn)
+    return fn
+
+
+def warning(fn: Check) -> Check:
+    WARNINGS.append(fn)
     return fn
 
 
@@ -312,6 +319,126 @@ def jobset_names(cfg: Config) -> Iterator[Problem]:
 
 
 @check
+def volumes_valid(cfg: Config) -> Iterator[Problem]:
+    c = cfg.cluster
+    names = [v.name for v in c.volumes]
+    for i, v in enumerate(c.volumes):
+        key = f"cluster.volumes[{i}]"
+        if names.count(v.name) > 1 or v.name == "dshm":
+            yield Problem(f"{key}.name", f"volume name '{v.name}' is taken (dshm is /dev/shm's)", "give it a new name")
+        if not _DNS1123.fullmatch(v.name) or len(v.name) > 63:
+            yield Problem(f"{key}.name", f"'{v.name}' is not a DNS-1123 label", "lower-case letters, digits and '-'")
+        if not v.path.startswith("/"):
+            yield Problem(f"{key}.path", f"'{v.path}' is not an absolute path", f"{key}.path=/{v.path.lstrip('./')}")
+        source = [k for k in ("claim", "host_path") if getattr(v, k)]
+        if c.kind == "jobset" and len(source) != 1:
+            yield Problem(
+                key,
+                f"volume '{v.name}' needs exactly one source for the pods, got {source or 'none'}",
+                f"{key}.claim=PVC_NAME (a PersistentVolumeClaim; ReadWriteMany for several pods) or "
+                f"{key}.host_path=/NODE/PATH",
+            )
+        if c.kind == "slurm" and source:
+            yield Problem(
+                key,
+                f"Slurm mounts nothing: {source[0]} applies to JobSet pods only",
+                f"drop it and give {key}.path a file system path that every node of the allocation sees",
+            )
+    if c.output is not None:
+        vol = c.output_volume
+        if vol is None:
+            yield Problem(
+                "cluster.output",
+                f"names volume '{c.output}', but cluster.volumes has {names or 'none'}",
+                "cluster.volumes=[{name: runs, path: /workspace/outputs, claim: PVC_NAME}] cluster.output=runs",
+            )
+        elif vol.read_only:
+            yield Problem("cluster.output", f"volume '{vol.name}' is read_only", f"drop read_only of '{vol.name}'")
+
+
+def _persistent(cfg: Config) -> bool:
+    """Whether the run directory outlives the job's pods (JobSet) or is one shared path (Slurm)."""
+    where = rundir.configured_dir(cfg)
+    if where is None:
+        return False
+    if cfg.cluster.kind == "slurm":
+        return True
+    return any(
+        not v.read_only and (where == v.path or where.startswith(v.path.rstrip("/") + "/")) for v in cfg.cluster.volumes
+    )
+
+
+@check
+def checkpoints_persist(cfg: Config) -> Iterator[Problem]:
+    """A cluster job's checkpoints must survive its pods and be one set for all nodes, or a restart starts over."""
+    c = cfg.cluster
+    if cfg.checkpoint.every == 0 or c.kind == "local" or _persistent(cfg):
+        return
+    where = "each pod's own filesystem, lost with the pod" if c.kind == "jobset" else "a new folder on every node"
+    source = "claim: PVC_NAME" if c.kind == "jobset" else "no claim: a path every node sees"
+    yield Problem(
+        "cluster.output",
+        f"checkpoint.every={cfg.checkpoint.every} on cluster={c.kind}, but the run directory is in {where}: "
+        "a restarted job would start again at step 0",
+        f"cluster.volumes=[{{name: runs, path: /shared/runs, {source}}}] cluster.output=runs",
+    )
+
+
+def _smallest_factor(n: int) -> int:
+    return next(p for p in range(2, n + 1) if n % p == 0)
+
+
+@warning
+def ici_within_nvlink_domain(cfg: Config) -> Iterator[Problem]:
+    """ICI axes are the mesh inside one NVLink domain: beyond it their collectives cross the slower network."""
+    domain, ici = cfg.hardware.nvlink_domain, cfg.ici_filled
+    per_slice = math.prod(ici.values())
+    if not domain or -1 in ici.values() or per_slice <= domain:
+        return
+    moved, dcn = dict(ici), dict(cfg.parallelism.dcn.items())
+    for axis in ("fsdp", "data", "tensor", "expert"):  # FSDP's gathers overlap with compute best
+        while math.prod(moved.values()) > domain and moved[axis] > 1:
+            f = _smallest_factor(moved[axis])
+            moved[axis], dcn[axis] = moved[axis] // f, dcn[axis] * f
+    fix = " ".join(f"parallelism.ici.{a}={moved[a]} parallelism.dcn.{a}={dcn[a]}" for a in moved if moved[a] != ici[a])
+    axes = " x ".join(f"{k} {v}" for k, v in ici.items() if v > 1)
+    nodes = per_slice // max(1, cfg.cluster.gpus_per_node)
+    yield Problem(
+        "parallelism.ici",
+        f"the ICI axes ({axes}) span {per_slice} GPUs ({nodes} nodes), but one NVLink domain of "
+        f"hardware={cfg.hardware.name} holds {domain}: their collectives between domains run over the network "
+        "(moekit plan counts them so)",
+        f"{fix} (the same mesh, the part beyond one domain as DCN axes)",
+    )
+
+
+@warning
+def network_fits_the_layout(cfg: Config) -> Iterator[Problem]:
+    """A JobSet over several nodes needs the pods' fabric: multi-node NVLink (NVL72) and RDMA between domains."""
+    c, net = cfg.cluster, cfg.network
+    domain = cfg.hardware.nvlink_domain
+    if c.kind != "jobset" or c.nodes == 1 or not domain:
+        return
+    per_slice = math.prod(cfg.ici_filled.values())
+    multi_node_nvlink = domain > c.gpus_per_node and per_slice > c.gpus_per_node
+    if multi_node_nvlink and not net.resource_claim_template:
+        yield Problem(
+            "network",
+            f"the ICI axes span {per_slice // c.gpus_per_node} nodes of an NVL72 rack, but network={net.name} "
+            "gives the pods no multi-node NVLink (an IMEX channel of an NVIDIA ComputeDomain)",
+            "network=nvl72_ib (NVLink within each rack, InfiniBand between racks) or network=gb200_computedomain",
+        )
+    all_on_nvlink = multi_node_nvlink and cfg.num_slices == 1 and per_slice <= domain
+    if not all_on_nvlink and not net.resources:
+        yield Problem(
+            "network",
+            f"collectives cross nodes over the network, but network={net.name} requests no RDMA devices for the "
+            "pods (NCCL would fall back to TCP sockets)",
+            "network=ib (InfiniBand), network=efa (AWS), or network=nvl72_ib (GB200/GB300 racks)",
+        )
+
+
+@check
 def no_inline_secrets(cfg: Config) -> Iterator[Problem]:
     """A rendered manifest or batch script is a file people share: secrets go in by reference only."""
     if cfg.cluster.kind == "local":
@@ -331,6 +458,15 @@ def no_inline_secrets(cfg: Config) -> Iterator[Problem]:
 
 def problems(cfg: Config) -> list[Problem]:
     return [p for fn in CHECKS for p in fn(cfg)]
+
+
+def warnings(cfg: Config) -> list[Problem]:
+    """What runs, but probably not as meant; each with its fix. Callers print them before launching."""
+    return [p for fn in WARNINGS for p in fn(cfg)]
+
+
+def format_warnings(found: list[Problem]) -> str:
+    return "\n".join(f"moekit: warning: {p}" for p in found)
 
 
 def ensure_valid(cfg: Config) -> Config:

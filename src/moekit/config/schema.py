@@ -203,6 +203,9 @@ class Hardware(Section):
     """CUDA compute capability as an integer (90 = 9.0); None on CPU."""
     hbm_gib: float | None = None
     """Device memory per GPU, GiB."""
+    nvlink_domain: int | None = Field(None, ge=1)
+    """GPUs that share one NVLink domain (8: an HGX/DGX node; 72: a GB200/GB300 NVL72 rack); None on CPU.
+    The ICI axes (parallelism.ici) should fit in one; what crosses domains runs over the slower network."""
     peak_tflops: Peaks = Peaks()
     """Datasheet peaks used for MFU."""
     peak_source: str
@@ -254,6 +257,17 @@ class Cluster(Section):
     """Slurm account (sbatch --account); None = the user default."""
     time_limit: str = "02:00:00"
     """Slurm wall-clock limit (sbatch --time)."""
+    volumes: list[Volume] = []
+    """Storage every pod mounts (JobSet: a PersistentVolumeClaim or a node path) or every Slurm node sees at the
+    same path: run directories (cluster.output), data sets, caches."""
+    output: str | None = None
+    """Name of the cluster.volumes entry that holds run directories, so that checkpoints, metrics and logs outlive
+    the pods and a restarted job resumes; None = each pod's own filesystem (lost with the pod)."""
+
+    @property
+    def output_volume(self) -> Volume | None:
+        """The volume named by cluster.output (None when unset or when no volume has that name)."""
+        return next((v for v in self.volumes if v.name == self.output), None)
 
 
 class Toleration(Section):
@@ -265,6 +279,19 @@ class Toleration(Section):
     """Taint value (operator Equal)."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     """Taint effect; None matches all effects."""
+
+
+class Volume(Section):
+    name: str
+    """Volume name in the pod spec (a DNS-1123 label); cluster.output refers to it."""
+    path: str
+    """Absolute path where the job sees it: the container's mount path (JobSet), a shared file-system path (Slurm)."""
+    claim: str | None = None
+    """JobSet: PersistentVolumeClaim to mount (ReadWriteMany when several pods write to it)."""
+    host_path: str | None = None
+    """JobSet: a directory of the node to mount (a shared file system mounted on every node)."""
+    read_only: bool = False
+    """Mounted read-only (data sets)."""
 
 
 class SecretEnv(Section):

@@ -37,6 +37,10 @@ def _save(plt, fig, runs: Sequence[Run], path: Path) -> None:
     plt.close(fig)
 
 
+def _excluded(r: Run) -> set[int]:
+    return {e["step"] for e in r.summary.get("excluded", [])}
+
+
 def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     """Write the three plots into `out`; returns their file names."""
     plt = _pyplot()
@@ -47,11 +51,13 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     for name, r in zip(names, runs, strict=True):
         pts = series(r.metrics, summary.STEP_TIME)
         line = ax.plot([s for s, _ in pts], [v for _, v in pts], marker="o", ms=3, label=name)[0]
-        warm = r.summary["warmup_steps"]
-        if warm:  # hollow markers: steps left out of the median
-            ax.plot([s for s, _ in pts[:warm]], [v for _, v in pts[:warm]], "o", mfc="white", color=line.get_color())
+        skipped = _excluded(r)
+        if skipped:  # hollow markers: steps left out of the median (compilation, checkpoint saves, ...)
+            left = [(s, v) for s, v in pts if s in skipped]
+            ax.plot([s for s, _ in left], [v for _, v in left], "o", mfc="white", color=line.get_color())
         ax.axhline(r.summary["step_time_s"]["median"], color=line.get_color(), ls=":", lw=1)
-    ax.set(xlabel="step", ylabel="step time (s)", title="Step time per step (dotted: steady median; hollow: warm-up)")
+    title = "Step time per step (dotted: steady median; hollow: left out, see report notes)"
+    ax.set(xlabel="step", ylabel="step time (s)", title=title)
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -61,7 +67,7 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     meds = [r.summary["tflops_per_device"] or 0.0 for r in runs]
     spans = []
     for r in runs:
-        vals = [v for s, v in series(r.metrics, summary.TFLOPS)][r.summary["warmup_steps"] :] or [0.0]
+        vals = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in _excluded(r)] or [0.0]
         spans.append((max(0.0, min(vals)), max(vals)))
     err = [
         [m - lo for m, (lo, _) in zip(meds, spans, strict=True)],

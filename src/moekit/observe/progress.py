@@ -1,9 +1,14 @@
-"""Parse MaxText's per-step log line into a progress record (pure)."""
+"""Parse MaxText's log lines into progress: per-step records and start-up phases."""
 
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+import sys
+import time
+from datetime import datetime
+from typing import NamedTuple, TextIO
+
+from moekit.failures import JOINED
 
 _STEP = re.compile(r"completed step: (\d+), seconds: ([\d.]+),.*?loss: ([\d.eE+-]+|nan|inf)")
 
@@ -28,3 +33,35 @@ def format_progress(s: StepLine, total: int, elapsed_s: float) -> str:
         f"step {done:>{len(str(total))}}/{total}  {s.seconds:7.3f} s/step  loss {s.loss:8.4f}  "
         f"ETA {eta:5.0f} s  ({elapsed_s:.0f} s elapsed)"
     )
+
+
+# Start-up phases read from MaxText's own log lines (process 0), in the order they happen.
+_PHASES = (
+    (re.compile(re.escape(JOINED)), "rendezvous complete: every process joined"),
+    (re.compile(r"restoring from this run's directory step (\d+)"), "restoring the checkpoint of step {0}"),
+    (re.compile(r"not restoring checkpoint|restoring from this run's directory"), "compiling the train step"),
+    (re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB"), "compiled (MaxText's estimate: {0} GB)"),
+)
+
+
+def parse_phase(line: str) -> list[str]:
+    """The start-up phases a MaxText log line marks (usually none)."""
+    out = []
+    for rx, text in _PHASES:
+        m = rx.search(line)
+        if m:
+            out.append(text.format(*m.groups()))
+    return out
+
+
+class Phases:
+    """Prints each start-up phase as it begins, with the wall-clock time and the seconds since the command
+    started, so the quiet minutes before the first step (imports, rendezvous, compilation) show what is going on."""
+
+    def __init__(self, stream: TextIO | None = None, clock=time.monotonic, now=datetime.now):
+        self._stream, self._clock, self._now = stream, clock, now
+        self._start = clock()
+
+    def __call__(self, phase: str) -> None:
+        stream = self._stream or sys.stderr
+        print(f"moekit: {self._now():%H:%M:%S} (+{self._clock() - self._start:.1f} s) {phase}", file=stream, flush=True)

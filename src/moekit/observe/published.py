@@ -21,5 +21,13 @@ def load() -> list[dict[str, Any]]:
     return entries
 
 
+def entry(entries: list[dict[str, Any]], entry_id: str) -> dict[str, Any]:
+    """The entry with this id (KeyError names the known ones)."""
+    found = [e for e in entries if e["id"] == entry_id]
+    if not found:
+        raise KeyError(f"no published entry {entry_id!r}; known: {', '.join(e['id'] for e in entries)}")
+    return found[0]
+
+
 def for_model(entries: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
     return [e for e in entries if e["model"] == model]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from moekit.observe import summary
 from moekit.observe.rundata import Run
 
 VERSION_KEYS = ("jax", "maxtext", "transformer-engine", "tokamax")
@@ -46,12 +47,28 @@ def _versions(r: Run) -> str:
     return ", ".join(f"{k} {r.versions[k]}" for k in VERSION_KEYS if k in r.versions) or "unrecorded"
 
 
+def status(r: Run) -> str:
+    """ok, or what went wrong: 'failed: killed (2 of 4 steps)', 'running (...)': a row never hides it."""
+    m = r.manifest
+    planned = int((r.config.get("train") or {}).get("steps") or 0)
+    done = len(r.metrics.rows)
+    partial = f" ({done} of {planned} steps)" if planned and done < planned else ""
+    state = m.get("status") or "unrecorded"
+    if state == "ok" and not partial:
+        return "ok"
+    failure = (m.get("failure") or {}).get("class")
+    if state == "ok":
+        return f"partial{partial}"
+    return f"{state}{': ' + failure if failure else ''}{partial}"
+
+
 def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
     header = [
         "run",
         "experiment",
+        "status",
         "hardware",
-        "steps (warm-up)",
+        "steps (steady)",
         "step time s (median)",
         "spread s (min-max, stdev)",
         "TFLOP/s/device",
@@ -69,8 +86,9 @@ def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
             [
                 name,
                 str(r.config.get("experiment_name", "?")),
+                status(r),
                 f"{r.hardware.get('name', '?')} x{r.devices}",
-                f"{s['steps']} ({s['warmup_steps']})",
+                f"{s['steps']} ({s['steady_steps']})",
                 f"{st['median']:.4f}",
                 f"{st['min']:.4f}-{st['max']:.4f}, {st['stdev']:.4f}",
                 _num(s["tflops_per_device"], ".4g"),
@@ -85,20 +103,44 @@ def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
     return table(header, rows)
 
 
+def speedup_basis(runs: Sequence[Run]) -> str:
+    """What 'speed-up' divides: tokens/s per device when every run does the same work per token (same model and
+    sequence length), else MaxText's TFLOP/s per device. Step time never: tokens per step may differ."""
+    work = {(_key(r.config.get("model")), (r.config.get("train") or {}).get("seq_len")) for r in runs}
+    has_tflops = all(r.summary["tflops_per_device"] for r in runs)
+    return "tokens/s/device" if len(work) == 1 or not has_tflops else "TFLOP/s/device"
+
+
+def _key(value: Any) -> str:
+    return repr(sorted(value.items())) if isinstance(value, dict) else repr(value)
+
+
 def comparison_table(runs: Sequence[Run], names: Sequence[str]) -> str:
-    """The ablation view: every run against the first one."""
+    """The ablation view: every run against the first one, on the throughput that fits (speedup_basis)."""
+    basis = speedup_basis(runs)
+    key = "tokens_per_s_per_device" if basis == "tokens/s/device" else "tflops_per_device"
     base = runs[0].summary
-    base_t, base_tf, base_loss = base["step_time_s"]["median"], base["tflops_per_device"], base["final_loss"]
-    header = ["run", "step time s", "speed-up vs first", "TFLOP/s/device", "final loss", "loss - first"]
+    base_v, base_loss = base[key], base["final_loss"]
+    header = ["run", "status", "step time s", f"speed-up vs first ({basis})", "TFLOP/s/device", "tokens/s/device"]
+    header += ["final loss", "loss - first"]
     rows = []
     for name, r in zip(names, runs, strict=True):
         s = r.summary
-        t, loss = s["step_time_s"]["median"], s["final_loss"]
+        loss = s["final_loss"]
         dloss = "n/a" if loss is None or base_loss is None else f"{loss - base_loss:+.2e}"
-        tf = _num(s["tflops_per_device"], ".4g")
-        if s["tflops_per_device"] and base_tf:
-            tf += f" ({s['tflops_per_device'] / base_tf:.2f}x)"
-        rows.append([name, f"{t:.4f}", f"{base_t / t:.2f}x", tf, _num(loss, ".4f"), dloss])
+        speed = f"{s[key] / base_v:.2f}x" if s[key] and base_v else "n/a"
+        rows.append(
+            [
+                name,
+                status(r),
+                f"{s['step_time_s']['median']:.4f}",
+                speed,
+                _num(s["tflops_per_device"], ".4g"),
+                _num(s["tokens_per_s_per_device"], ".1f"),
+                _num(loss, ".4f"),
+                dloss,
+            ]
+        )
     return table(header, rows)
 
 
@@ -146,18 +188,33 @@ def references_section(runs: Sequence[Run], names: Sequence[str], published: Seq
 
 def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
     out = [
-        "Step time: median over the steady steps; warm-up steps (the first, then any step over 1.5x the "
-        "median of the steps after it) are left out. TFLOP/s and tokens/s are MaxText's own per-device counts "
-        "(docs/metrics.md says which FLOPs it counts). MFU = TFLOP/s/device / the hardware's dense peak.",
+        "Step time: median over the steady steps. Left out (each run below says which steps, docs/metrics.md "
+        "why): " + "; ".join(summary.REASONS.values()) + ". TFLOP/s and tokens/s are "
+        "MaxText's own per-device counts over the same steps (docs/metrics.md says which FLOPs it counts). "
+        "MFU = TFLOP/s/device / the hardware's dense peak.",
     ]
+    if len(runs) > 1:
+        out.append(
+            f"Speed-up: {speedup_basis(runs)} relative to the first run (tokens/s when all runs do the same work "
+            "per token, same model and sequence length; TFLOP/s otherwise), never step time, since tokens per "
+            "step may differ."
+        )
     peaks = {(r.hardware.get("name"), r.hardware.get("peak_source")) for r in runs}
     out += [f"Peaks of {hw}: {src}" for hw, src in sorted(peaks, key=str)]
     for name, r in zip(names, runs, strict=True):
+        out.append(f"{name}: left out steps {summary.excluded_text(r.summary)}.")
+        ck = r.summary.get("checkpoint")
+        if ck:
+            rate = _num(ck["with_saves"]["tokens_per_s_per_device"], ".1f")
+            out.append(
+                f"{name}: {len(ck['steps'])} steps paid a checkpoint save "
+                f"({ck['step_time_s']['median']:.4f} s median); with them the run sustained {rate} tokens/s/device."
+            )
         if r.metrics.truncated_tail:
             out.append(f"{name}: the last line of {r.metrics.path} was cut off (run killed mid-write); it was skipped.")
-        status = r.manifest.get("status")
-        if status and status != "ok":
-            out.append(f"{name}: the run ended with status '{status}'; its numbers cover the steps it completed.")
+        state = status(r)
+        if state != "ok":
+            out.append(f"{name}: the run is {state}; its numbers cover only the steps it completed.")
     return out
 
 

@@ -71,5 +71,11 @@ def load(path: Path) -> Run:
     m = metrics.read(path / rundir.METRICS)
     if not m.rows:
         raise MetricsError(f"{m.path} holds no completed step; nothing to report (see {path / rundir.LOG}).")
+    return Run(path, cfg, vers, manifest, m, summarize(m, cfg, manifest))
+
+
+def summarize(m: Metrics, cfg: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+    """summary.summarize() with what the run's own records say: its peaks, checkpoint period and attempts."""
     peaks = cfg.get("hardware", {}).get("peak_tflops", {}) or {}
-    return Run(path, cfg, vers, manifest, m, summary.summarize(m, peaks))
+    every = int((cfg.get("checkpoint") or {}).get("every") or 0)
+    return summary.summarize(m, peaks, every, summary.attempt_starts(manifest.get("attempts") or [manifest]))

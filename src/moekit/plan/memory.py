@@ -47,7 +47,7 @@ CUSTOM_KEYS = (
 
 # XLA's defaults when the job's environment does not set them.
 JAX_DEFAULT_MEM_FRACTION = 0.75  # XLA_PYTHON_CLIENT_MEM_FRACTION (JAX GPU memory allocation docs)
-XLA_DEFAULT_HOST_POOL_GIB = 64  # XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB (per ../reference/blog-dsv3.yaml notes)
+XLA_DEFAULT_HOST_POOL_GIB = 64  # XLA_PJRT_GPU_HOST_MEMORY_LIMIT_GB when unset (the blog raises it to 180)
 
 Place = Literal["device", "host"]
 # When an item is live: the whole step, the loss (logits before the layer loop's backward starts), or the

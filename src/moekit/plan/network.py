@@ -30,9 +30,9 @@ from moekit.plan.model import Dims, dtype_bytes
 @dataclass(frozen=True, slots=True)
 class Links:
     scale_up: float
-    """Bytes/s per GPU per direction inside the NVLink domain (the ICI axes)."""
+    """Bytes/s per GPU per direction inside the NVLink domain (ICI traffic that stays in it)."""
     scale_out: float
-    """Bytes/s per GPU per direction across domains (the DCN axes)."""
+    """Bytes/s per GPU per direction across domains (the DCN axes, and ICI traffic that leaves the domain)."""
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], hardware: str) -> Links | None:
@@ -46,7 +46,9 @@ class Links:
 class Traffic:
     name: str
     ici_bytes: float
+    """Over NVLink, inside one NVLink domain."""
     dcn_bytes: float
+    """Over the network between NVLink domains: the DCN axes and ICI axes that span more than one domain."""
     exposed: bool
     """On the critical path (True) or overlappable with compute by XLA's latency-hiding scheduler."""
     how: str
@@ -55,11 +57,12 @@ class Traffic:
         return self.ici_bytes / links.scale_up + self.dcn_bytes / links.scale_out
 
 
-def _hierarchical(gathered: float, ici: int, dcn: int) -> tuple[float, float]:
-    """Bytes one device receives to gather `gathered` bytes sharded over ici x dcn (DCN stage first)."""
+def _hierarchical(gathered: float, ici: int, dcn: int, off_domain: float = 0.0) -> tuple[float, float]:
+    """Bytes one device receives over NVLink and over the network to gather `gathered` bytes sharded over
+    ici x dcn (DCN stage first); `off_domain` of the ICI stage's peers sit in other NVLink domains (network)."""
     dcn_part = gathered / ici * (dcn - 1) / dcn
     ici_part = gathered * (ici - 1) / ici
-    return ici_part, dcn_part
+    return ici_part * (1 - off_domain), dcn_part + ici_part * off_domain
 
 
 def traffic(dims: Dims, values: Mapping[str, Any], mesh: Mesh) -> list[Traffic]:
@@ -81,18 +84,21 @@ def traffic(dims: Dims, values: Mapping[str, Any], mesh: Mesh) -> list[Traffic]:
             per = 2 * t * dims.top_k * dims.emb * a * (ep - 1) / ep
             kind = f"ragged all-to-all: 2 x tokens x top_k x emb x (EP-1)/EP, {passes} passes"
         total = per * passes * dims.moe_layers
-        off_slice = (ep - ep_ici) / (ep - 1)  # share of peers outside this NVLink domain
-        out.append(Traffic("EP dispatch + combine", total * (1 - off_slice), total * off_slice, True, kind))
+        off_slice = (ep - ep_ici) / (ep - 1)  # share of peers in other slices (DCN)
+        ici = total * (1 - off_slice)
+        off = ici * mesh.off_domain(("expert",))  # ICI peers beyond this NVLink domain: over the network too
+        out.append(Traffic("EP dispatch + combine", ici - off, total * off_slice + off, True, kind))
 
     f_ici, f_dcn = mesh.ici["fsdp"], mesh.dcn["fsdp"]
     exp_gathered = dims.expert_params() / (ep * mesh.size("tensor")) * w
     other_gathered = dims.other_params() / mesh.size("tensor") * w
     ici_b = dcn_b = 0.0
     if f_ici * f_dcn > 1:
-        i, d = _hierarchical(exp_gathered, f_ici, f_dcn)
+        i, d = _hierarchical(exp_gathered, f_ici, f_dcn, mesh.off_domain(("fsdp",)))
         ici_b, dcn_b = ici_b + i, dcn_b + d
     if f_ici * f_dcn * ep > 1:
-        i, d = _hierarchical(other_gathered, f_ici * ep_ici, f_dcn * ep_dcn)
+        off = mesh.off_domain(("fsdp", "expert"))
+        i, d = _hierarchical(other_gathered, f_ici * ep_ici, f_dcn * ep_dcn, off)
         ici_b, dcn_b = ici_b + i, dcn_b + d
     if ici_b or dcn_b:
         out.append(
@@ -108,7 +114,7 @@ def traffic(dims: Dims, values: Mapping[str, Any], mesh: Mesh) -> list[Traffic]:
     d_ici, d_dcn = mesh.ici["data"], mesh.dcn["data"]
     if d_ici * d_dcn > 1:
         shard = (exp_gathered / (f_ici * f_dcn)) + other_gathered / (f_ici * f_dcn * ep)
-        i, d = _hierarchical(shard * d_ici * d_dcn, d_ici, d_dcn)
+        i, d = _hierarchical(shard * d_ici * d_dcn, d_ici, d_dcn, mesh.off_domain(("data",)))
         out.append(Traffic("DP gradient all-reduce", 2 * i, 2 * d, False, "2 x shard x (d-1)/d"))
     return out
 
@@ -153,12 +159,12 @@ def scaling(
     dims: Dims, values: Mapping[str, Any], mesh: Mesh, links: Links, compute_tflops: float, gpus: list[int]
 ) -> list[tuple[StepModel, float]]:
     """The layout grown to each GPU count along DCN FSDP, with weak-scaling efficiency against one slice."""
-    base = step_model(dims, values, Mesh(mesh.ici, dict.fromkeys(mesh.dcn, 1)), links, compute_tflops)
+    base = step_model(dims, values, Mesh(mesh.ici, dict.fromkeys(mesh.dcn, 1), mesh.domain), links, compute_tflops)
     out = []
     for n in gpus:
         if n % mesh.slice_devices:
             raise ValueError(f"{n} GPUs is not a multiple of the {mesh.slice_devices} devices of one slice")
-        grown = Mesh(mesh.ici, dict.fromkeys(mesh.dcn, 1)).with_dcn("fsdp", n // mesh.slice_devices)
+        grown = Mesh(mesh.ici, dict.fromkeys(mesh.dcn, 1), mesh.domain).with_dcn("fsdp", n // mesh.slice_devices)
         model = step_model(dims, values, grown, links, compute_tflops)
         out.append((model, base.step_s / model.step_s))
     return out

@@ -24,6 +24,17 @@ def host(cfg: Config, node: int) -> str:
     return f"{jobset.job_name(cfg)}-{jobset.WORKERS}-0-{node}"
 
 
+def volumes(cfg: Config, node: int) -> list[str]:
+    """Each node's own ./outputs/node-N (the image's run directories), unless cluster.volumes mounts something
+    there; then cluster.volumes: a claim becomes a named Docker volume shared by the nodes, a host path a bind."""
+    own = (
+        []
+        if any(v.path == RUNS_MOUNT for v in cfg.cluster.volumes)
+        else [f"${{MOEKIT_RUNS:-./outputs}}/node-{node}:{RUNS_MOUNT}"]
+    )
+    return own + [f"{v.claim or v.host_path}:{v.path}{':ro' if v.read_only else ''}" for v in cfg.cluster.volumes]
+
+
 def service(cfg: Config, overrides: Sequence[str], node: int) -> dict[str, Any]:
     c, name = cfg.cluster, jobset.job_name(cfg)
     env: dict[str, str | None] = {
@@ -42,7 +53,7 @@ def service(cfg: Config, overrides: Sequence[str], node: int) -> dict[str, Any]:
         "environment": env,
         "networks": {NETWORK: {"aliases": [f"{host(cfg, node)}.{name}"]}},
         "ulimits": {"memlock": -1, "stack": STACK_BYTES},
-        "volumes": [f"${{MOEKIT_RUNS:-./outputs}}/node-{node}:{RUNS_MOUNT}"],
+        "volumes": volumes(cfg, node),
     }
     if cfg.hardware.platform == "gpu":
         ids = [str(node * c.gpus_per_node + i) for i in range(c.gpus_per_node)]
@@ -54,8 +65,11 @@ def service(cfg: Config, overrides: Sequence[str], node: int) -> dict[str, Any]:
 
 def project(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The compose project for this config; `overrides` are the user's Hydra overrides, passed to every node."""
-    return {
+    out = {
         "name": f"moekit-{jobset.job_name(cfg)}",
         "services": {f"node-{n}": service(cfg, overrides, n) for n in range(cfg.cluster.nodes)},
         "networks": {NETWORK: {}},
     }
+    if claims := [v.claim for v in cfg.cluster.volumes if v.claim]:
+        out["volumes"] = {c: {} for c in claims}
+    return out

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from moekit import rendezvous as rz
-from moekit.config.schema import Config
+from moekit.config.schema import Config, Volume
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 WORKERS = "workers"  # the replicated job's name; pod hostnames are <jobset>-workers-0-<node>.<jobset>
@@ -77,8 +77,20 @@ def _container(cfg: Config, overrides: Sequence[str]) -> dict[str, Any]:
             container["resources"]["claims"] = [{"name": "compute-domain"}]
     if net.capabilities:
         container["securityContext"] = {"capabilities": {"add": list(net.capabilities)}}
-    container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}] + [
+        {"name": v.name, "mountPath": v.path, **({"readOnly": True} if v.read_only else {})} for v in c.volumes
+    ]
     return container
+
+
+def _volume(v: Volume) -> dict[str, Any]:
+    """A cluster.volumes entry as a pod volume: a PersistentVolumeClaim, or a directory of the node."""
+    if v.claim:
+        return {
+            "name": v.name,
+            "persistentVolumeClaim": {"claimName": v.claim, **({"readOnly": True} if v.read_only else {})},
+        }
+    return {"name": v.name, "hostPath": {"path": v.host_path, "type": "Directory"}}
 
 
 def _pod_spec(cfg: Config, overrides: Sequence[str]) -> dict[str, Any]:
@@ -96,6 +108,7 @@ def _pod_spec(cfg: Config, overrides: Sequence[str]) -> dict[str, Any]:
         spec["resourceClaims"] = [{"name": "compute-domain", "resourceClaimTemplateName": net.resource_claim_template}]
     spec["containers"] = [_container(cfg, overrides)]
     spec["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{c.shm_gib}Gi"}}]
+    spec["volumes"] += [_volume(v) for v in c.volumes]
     return spec
 
 

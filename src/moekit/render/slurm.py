@@ -38,6 +38,13 @@ def script(cfg: Config, overrides: Sequence[str], head: Sequence[str]) -> str:
     if c.account:
         sbatch.append(f"--account={c.account}")
     lines = ["#!/bin/bash", *head, *(f"#SBATCH {s}" for s in sbatch), "set -euo pipefail", ""]
+    if c.volumes:
+        lines.append("# cluster.volumes: Slurm mounts nothing; every path must already be there (a shared file system)")
+        paths = " ".join(shlex.quote(v.path) for v in c.volumes)
+        lines.append(
+            f'for p in {paths}; do [[ -d "$p" ]] || {{ echo "$p is not a directory on $(hostname); '
+            'fix cluster.volumes" >&2; exit 1; }; done'
+        )
     lines.append("# --kill-on-bad-exit: one failed node ends the whole step (a JAX job cannot go on without it)")
     lines.append("srun --ntasks-per-node=1 --kill-on-bad-exit=1 " + shlex.join(train_command(cfg, overrides)))
     return "\n".join(lines) + "\n"

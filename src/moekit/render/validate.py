@@ -2,7 +2,8 @@
 
 Three layers, each returning readable problems (empty list = valid):
 - the JobSet CRD's openAPIV3Schema, with unknown fields as errors (the API server would prune them
-  silently, which is how a misspelled field vanishes),
+  silently, which is how a misspelled field vanishes): the cluster's own CRD (--crd), or the structure of
+  a released one that moekit ships (data/jobset-v1alpha2.schema.json, made by scripts/jobset_schema.py),
 - the Kubernetes pod/job template schemas of a given API version (PyPI kubernetes-validate, strict),
 - the rules the JobSet webhook and the kubelet apply: DNS-1035 names that stay within 63 characters
   once the controller derives job, pod and coordinator names from them, and $(VAR) references that
@@ -15,13 +16,16 @@ import functools
 import json
 import re
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import yaml
 
 from moekit.errors import MoekitError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -35,6 +39,8 @@ JOB_FAILURE_REASONS = (
 )
 KUBERNETES_VERSION = "1.30"
 CRD_HINT = "export it from your cluster: kubectl get crd jobsets.jobset.x-k8s.io -o yaml > jobset-crd.yaml"
+PACKAGED_SCHEMA = "data/jobset-v1alpha2.schema.json"
+SOURCE_KEY = "x-moekit-source"  # where the packaged schema came from (an annotation; JSON Schema ignores it)
 
 
 class ValidationSetupError(MoekitError):
@@ -51,14 +57,34 @@ def crd_schema(crd_path: Path, version: str = "v1alpha2") -> dict[str, Any]:
         docs = [d for d in yaml.safe_load_all(Path(crd_path).read_text()) if d]
     except (OSError, yaml.YAMLError) as exc:
         raise ValidationSetupError(f"cannot read the JobSet CRD at {crd_path}: {exc}; {CRD_HINT}") from None
-    docs += [item for d in docs if d.get("kind") == "List" for item in d.get("items", [])]  # kubectl get -o yaml
+    found = schema_from_crd(docs, version)
+    if found is None:
+        raise ValidationSetupError(f"{crd_path} holds no JobSet CRD serving {version}; {CRD_HINT}")
+    return found
+
+
+def schema_from_crd(docs: list[dict[str, Any]], version: str = "v1alpha2") -> dict[str, Any] | None:
+    """The strict schema of `version` from the documents of a CRD file (None: no JobSet CRD serves it)."""
+    docs = docs + [item for d in docs if d.get("kind") == "List" for item in d.get("items", [])]  # kubectl -o yaml
     for doc in docs:
         if doc.get("kind") != "CustomResourceDefinition" or doc["spec"].get("group") != "jobset.x-k8s.io":
             continue
         for v in doc["spec"]["versions"]:
             if v["name"] == version:
                 return _strict(v["schema"]["openAPIV3Schema"], root=True)
-    raise ValidationSetupError(f"{crd_path} holds no JobSet CRD serving {version}; {CRD_HINT}")
+    return None
+
+
+@functools.cache
+def packaged_schema() -> dict[str, Any]:
+    """The strict v1alpha2 schema moekit ships, generated from a released JobSet CRD (its source is recorded)."""
+    return json.loads(resources.files("moekit").joinpath(PACKAGED_SCHEMA).read_text(encoding="utf8"))
+
+
+def schema_source(schema: dict[str, Any]) -> str:
+    """One line naming what a schema was generated from."""
+    src = schema.get(SOURCE_KEY)
+    return f"JobSet {src['jobset_version']} CRD ({src['served_version']})" if src else "the given JobSet CRD"
 
 
 def _strict(node: dict[str, Any], root: bool = False) -> dict[str, Any]:
@@ -93,6 +119,8 @@ def _where(error: jsonschema.ValidationError) -> str:
 
 
 def crd_problems(manifest: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    import jsonschema
+
     validator = jsonschema.Draft202012Validator(schema)
     return [f"CRD: {_where(e)}: {e.message}" for e in sorted(validator.iter_errors(manifest), key=str)]
 
@@ -120,6 +148,8 @@ def _kubernetes_schema(version: str) -> tuple[dict[str, Any], Any]:
 
 def template_problems(manifest: dict[str, Any], version: str = KUBERNETES_VERSION) -> list[str]:
     """Each replicated job's template as a batch/v1 JobTemplateSpec of Kubernetes `version` (strict)."""
+    import jsonschema
+
     schema, registry = _kubernetes_schema(version)
     validator = jsonschema.Draft202012Validator(schema, registry=registry)
     out = []
@@ -228,10 +258,10 @@ def _container_problems(container: dict[str, Any]) -> list[str]:
     return out
 
 
-def problems(manifest: dict[str, Any], crd_path: Path, kubernetes: str = KUBERNETES_VERSION) -> list[str]:
-    """Every problem a cluster would report for this JobSet (empty list = it would be admitted)."""
-    return (
-        crd_problems(manifest, crd_schema(crd_path))
-        + template_problems(manifest, kubernetes)
-        + webhook_problems(manifest)
-    )
+def problems(manifest: dict[str, Any], crd_path: Path | None = None, kubernetes: str = KUBERNETES_VERSION) -> list[str]:
+    """Every problem a cluster would report for this JobSet (empty list = it would be admitted).
+
+    crd_path: the cluster's JobSet CRD; None checks against the schema moekit ships.
+    """
+    schema = crd_schema(Path(crd_path)) if crd_path else packaged_schema()
+    return crd_problems(manifest, schema) + template_problems(manifest, kubernetes) + webhook_problems(manifest)

@@ -1,0 +1,123 @@
+"""What composes a config: the options of each group, and which file (or override) set each value.
+
+Hydra merges the files of its defaults list in order, a later file replacing what an earlier one set, and
+then the command-line overrides; `sources` replays that order over the files themselves to name the last
+writer of every key. Reads conf/ only.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options
+
+SCHEMA_DEFAULT = "schema default (src/moekit/config/schema.py)"
+
+
+def description(path: Path) -> str:
+    """The first comment line of an option file (a `# @package` directive is not one)."""
+    for line in path.read_text(encoding="utf8").splitlines():
+        text = line.strip()
+        if text.startswith("#") and not text.startswith("# @package"):
+            return text.lstrip("#").strip()
+        if text and not text.startswith("#"):
+            break
+    return "(no description: its first line should say what it is)"
+
+
+def groups(conf: Path | None = None) -> dict[str, dict[str, str]]:
+    """group -> option -> one-line description, for every group of conf/."""
+    conf = conf or config_dir()
+    return {g: {o: description(conf / g / f"{o}.yaml") for o in group_options(g, conf)} for g in GROUPS}
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    group: str
+    option: str | None
+    chosen_by: str
+    """'command line', 'conf/config.yaml' or the file whose defaults list picked it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Composition:
+    files: list[str]
+    """The config files in Hydra's merge order (later wins), relative to conf/."""
+    choices: list[Choice]
+    sources: dict[str, str]
+    """Dotted key -> the file or override that set it last."""
+
+
+def _flat(node: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(node, Mapping) and node:
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out |= _flat(v, f"{prefix}.{k}" if prefix else str(k))
+        return out
+    return {prefix: node}
+
+
+def composition(overrides: Sequence[str], conf: Path | None = None) -> Composition:
+    """Replay Hydra's defaults list for these overrides (compose() checks the overrides themselves)."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    conf = conf or config_dir()
+    hydra_overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
+    GlobalHydra.instance().clear()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with initialize_config_dir(config_dir=str(conf), version_base=None):
+                loader = GlobalHydra.instance().config_loader()
+                found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
+    finally:
+        GlobalHydra.instance().clear()
+    files, sources = [], {}
+    for d in found.defaults:
+        if d.config_path is None or d.config_path.startswith("hydra/") or d.package is None:
+            continue
+        path = f"{d.config_path}.yaml"
+        files.append(path)
+        body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}
+        body.pop("defaults", None)
+        sources |= dict.fromkeys(_flat(body, d.package), path)
+    for o in found.overrides.config_overrides:
+        key = o.key_or_group.lstrip("+~")
+        sources = {k: v for k, v in sources.items() if not k.startswith(f"{key}.")}  # a mapping replaced whole
+        sources[key] = f"command line: {o.input_line}"
+    choices = []
+    for group, option in found.overrides.override_choices.items():
+        meta = found.overrides.override_metadata.get(group)
+        by = "command line" if meta is None or meta.external_override else f"{meta.containing_config_path}.yaml"
+        choices.append(Choice(group, option, by))
+    seen = {c.group for c in choices}
+    choices += [
+        Choice(g, found.overrides.known_choices.get(g), "config.yaml")
+        for g in GROUPS
+        if g not in seen and g in found.overrides.known_choices
+    ]
+    order = {g: i for i, g in enumerate(GROUPS)}
+    return Composition(files, sorted(choices, key=lambda c: order.get(c.group, 99)), sources)
+
+
+def source_of(key: str, sources: Mapping[str, str]) -> str:
+    """The recorded writer of `key`, or of the nearest mapping above it that was set whole."""
+    parts = key.split(".")
+    for n in range(len(parts), 0, -1):
+        found = sources.get(".".join(parts[:n]))
+        if found:
+            return found
+    return SCHEMA_DEFAULT
+
+
+def annotated(config: Mapping[str, Any], comp: Composition) -> list[tuple[str, Any, str]]:
+    """(dotted key, value, where it was set) for every leaf of the typed config, in its own order."""
+    return [(k, v, source_of(k, comp.sources)) for k, v in _flat(config, "").items()]
