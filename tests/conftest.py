@@ -15,7 +15,6 @@ from moekit.config.compose import compose as _compose
 from moekit.config.schema import Config
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 
 
@@ -39,14 +38,6 @@ def moekit(*args: str, env: dict[str, str] | None = None, timeout: float = 600, 
 
 def losses(run_dir: Path, name: str = "metrics.jsonl") -> list[float]:
     return [json.loads(line)["learning/loss"] for line in (run_dir / name).read_text().splitlines() if line.strip()]
-
-
-def shared_file(relative: str) -> Path:
-    """A file from ../shared, or skip: users' clones do not have ../shared."""
-    path = SHARED / relative
-    if not path.exists():
-        pytest.skip(f"needs ../shared/{relative}, which exists only beside the development checkout")
-    return path
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
 
-from conftest import moekit
+from conftest import REPO, moekit
 from moekit.bench import dispatch, gmm
 
 TINY = ["--experts", "4", "--tokens", "64", "--topk", "2", "--hidden", "32", "--ffn", "16", "--iters", "3"]
@@ -46,6 +47,38 @@ def test_dispatch_combines_agree_and_compare_with_a_gmm():
     assert set(result["ms"]) == {"dispatch", "scatter_add", "gather_sum"}
     assert result["combines_agree_max_abs"] < 0.1  # bf16 sums of ~unit values, two summation orders
     assert result["gmm"]["ms"] > 0 and set(result["ratio_to_gmm"]) == {"dispatch+scatter_add", "dispatch+gather_sum"}
+
+
+def test_default_shapes_suit_the_device():
+    from argparse import Namespace
+
+    from moekit.commands import bench
+
+    none = Namespace(shape="auto", **dict.fromkeys(bench.DIMS))
+    assert bench.resolve_shape(none, "cpu") == ("small", dict(zip(bench.DIMS, bench.SHAPES["small"], strict=True)))
+    name, dims = bench.resolve_shape(none, "gpu")
+    assert name == "dsv3" and (dims["experts"], dims["tokens"], dims["topk"], dims["hidden"], dims["ffn"]) == (
+        32, 24576, 8, 7168, 2048,
+    )  # fmt: skip
+    one = Namespace(shape="dsv3", **(dict.fromkeys(bench.DIMS) | {"tokens": 4096}))
+    assert bench.resolve_shape(one, "cpu") == ("dsv3 with --tokens 4096", dims | {"tokens": 4096})
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("which", ["gmm", "dispatch"])
+def test_readme_bench_commands_finish_quickly_here_and_show_progress(which):
+    """`moekit bench dispatch` as the README gives it (no shape flags): the size and time estimate comes first,
+    then a line per kernel, and it ends within a few minutes on this loaded 2-core CPU."""
+    assert f".venv/bin/moekit bench {which}" in (REPO / "README.md").read_text()
+    started = time.monotonic()
+    proc = moekit("bench", which, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert time.monotonic() - started < 240
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("moekit bench: shape small on cpu")
+    assert "operands" in lines[1] and "calls: about" in lines[1] and "measured" in lines[1]
+    assert any(line.startswith("moekit bench: [1/") for line in lines[2:])
+    assert "| " in proc.stdout and "measured" in proc.stdout
 
 
 @pytest.mark.integration

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from conftest import compose
-from moekit.config.checks import ensure_valid, problems
+from conftest import compose, moekit
+from moekit.config.checks import ensure_valid, problems, warnings
 from moekit.errors import ConfigError
 
 CASES = [  # id, overrides, key of the problem, words the message must contain
@@ -55,3 +57,84 @@ def test_escape_hatches_silence_their_check():
 
 def test_smoke_has_no_problem():
     assert problems(compose("smoke")) == []
+
+
+# ---- persistent outputs for cluster jobs ----
+
+PVC = "cluster.volumes=[{name: runs, path: /workspace/outputs, claim: moekit-runs}]"
+VOLUME_CASES = [  # id, overrides (on cluster=jobset unless they choose another), key, words
+    ("ckpt-pod-local", ["checkpoint.every=5"], "cluster.output", "lost with the pod"),
+    ("ckpt-slurm-folders", ["cluster=slurm", "checkpoint.every=5"], "cluster.output", "a new folder on every node"),
+    ("output-unknown", [PVC, "cluster.output=data"], "cluster.output", "names volume 'data'"),
+    ("no-source", ["cluster.volumes=[{name: r, path: /o}]"], "cluster.volumes[0]", "exactly one source"),
+    ("slurm-pvc", ["cluster=slurm", "cluster.volumes=[{name: r, path: /o, claim: x}]"], "cluster.volumes[0]", "Slurm"),
+    ("relative", ["cluster.volumes=[{name: r, path: out, claim: x}]"], "cluster.volumes[0].path", "not an absolute"),
+    ("read-only", [PVC.replace("}]", ", read_only: true}]"), "cluster.output=runs"], "cluster.output", "read_only"),
+]
+
+
+@pytest.mark.parametrize("case, overrides, key, words", VOLUME_CASES, ids=[c[0] for c in VOLUME_CASES])
+def test_cluster_output_problems(case, overrides, key, words):
+    cluster = [] if any(o.startswith("cluster=") for o in overrides) else ["cluster=jobset"]
+    found = problems(compose("smoke", [*cluster, *overrides]))
+    assert any(p.key == key and words in p.what for p in found), found
+
+
+def test_checkpoints_on_a_volume_pass_and_name_the_run_directory():
+    from moekit import rundir
+
+    cfg = compose("smoke", ["cluster=jobset", "checkpoint.every=5", PVC, "cluster.output=runs"])
+    assert problems(cfg) == []
+    assert rundir.configured_dir(cfg) == "/workspace/outputs/smoke"  # the same for every pod and every restart
+    named = compose("smoke", ["cluster=jobset", PVC, "cluster.output=runs", "cluster.name=exp-7"])
+    assert rundir.configured_dir(named) == "/workspace/outputs/exp-7"
+    shared = compose("smoke", ["cluster=slurm", "checkpoint.every=5", "cluster.volumes=[{name: r, path: /lustre/m}]",
+                               "cluster.output=r"])  # fmt: skip
+    assert problems(shared) == [] and rundir.configured_dir(shared) == "/lustre/m/smoke"
+    assert rundir.configured_dir(compose("smoke", [])) is None  # local: a new timestamped folder per run
+
+
+# ---- NVLink domains ----
+
+
+def test_hardware_files_state_their_nvlink_domain():
+    sizes = {hw: compose("smoke", [f"hardware={hw}"]).hardware.nvlink_domain for hw in HARDWARE}
+    assert sizes == {"cpu": None, "h100": 8, "h200": 8, "b200": 8, "gb200": 72, "gb300": 72}
+
+
+HARDWARE = ("cpu", "h100", "h200", "b200", "gb200", "gb300")
+# The blog's 128-GPU layout (ICI fsdp 8 x expert 8 = 64 GPUs per slice) moved to 8-GPU H100 nodes.
+ON_H100 = ["hardware=h100", "precision=fp8", "cluster.gpus_per_node=8", "cluster.processes_per_node=8",
+           "cluster.nodes=16", "network=ib"]  # fmt: skip
+
+
+def test_ici_beyond_one_nvlink_domain_warns_with_a_fix_that_works():
+    cfg = ensure_valid(compose("dsv3_blog", ON_H100))  # it runs, so it is a warning, not a refusal
+    (w,) = [p for p in warnings(cfg) if p.key == "parallelism.ici"]
+    assert "span 64 GPUs (8 nodes)" in w.what and "holds 8" in w.what
+    fix = w.fix.split(" (")[0].split()
+    assert fix == ["parallelism.ici.fsdp=1", "parallelism.dcn.fsdp=16"]
+    fixed = ensure_valid(compose("dsv3_blog", [*ON_H100, *fix]))
+    assert warnings(fixed) == [] and fixed.num_devices == cfg.num_devices == 128
+    assert math.prod(fixed.ici_filled.values()) == 8
+
+
+def test_gb300_experiments_get_the_network_their_layout_needs():
+    for experiment in ("dsv3_blog", "dsv3_blog_1024", "dsv3_baseline", "dsv3_ladder_3_mxfp8"):
+        cfg = compose(experiment)
+        assert cfg.network.name == "nvl72_ib" and warnings(cfg) == [], experiment
+        assert cfg.network.resource_claim_template and cfg.network.resources  # NVLink across nodes + RDMA
+    bare = warnings(compose("dsv3_blog", ["network=none"]))
+    assert {p.fix.split(" ")[0] for p in bare} == {"network=nvl72_ib", "network=ib"}
+    assert any("no multi-node NVLink" in p.what for p in bare) and any("no RDMA" in p.what for p in bare)
+    # One rack, one slice: everything is on NVLink, so the ComputeDomain alone is enough.
+    rack = ["cluster.nodes=16", "parallelism.dcn.fsdp=1", "network=gb200_computedomain"]
+    assert warnings(compose("dsv3_blog", rack)) == []
+
+
+@pytest.mark.integration  # spawns the CLI
+def test_render_and_train_print_the_warning_before_anything_runs(tmp_path):
+    proc = moekit("render", "experiment=dsv3_blog", "target=jobset", *ON_H100)
+    assert proc.returncode == 0 and "moekit: warning: parallelism.ici" in proc.stderr
+    dry = moekit("train", "experiment=dsv3_blog", *ON_H100, "--dry-run", "--format", "json")
+    assert dry.returncode == 0 and "fix: parallelism.ici.fsdp=1 parallelism.dcn.fsdp=16" in dry.stderr

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import re
 
-from conftest import EXPERIMENTS, compose
+import pytest
+import yaml
+
+from conftest import EXPERIMENTS, compose, moekit
+from moekit.config import sources
 from moekit.config.compose import GROUPS, config_dir
 from moekit.errors import ConfigError
 
@@ -51,3 +55,63 @@ def test_derived_mesh_fills_minus_one():
     cfg = compose("smoke", ["cluster.processes_per_node=2"])
     assert cfg.num_devices == 2
     assert cfg.ici_filled == {"data": 1, "fsdp": 2, "tensor": 1, "expert": 1}
+
+
+# ---- discoverability: moekit config groups | show ----
+
+
+def test_config_groups_lists_every_option_with_its_one_line_description():
+    found = sources.groups()
+    assert list(found) == list(GROUPS)
+    for group, options in found.items():
+        assert sorted(options) == sorted(p.stem for p in (config_dir() / group).glob("*.yaml"))
+        for option, text in options.items():
+            assert "no description" not in text, f"conf/{group}/{option}.yaml does not open with a comment line"
+    assert found["moe"]["tokamax"].startswith("Dropless grouped GEMM through tokamax")
+    assert found["network"]["nvl72_ib"].startswith("GB200/GB300 NVL72 racks")
+    proc = moekit("config", "groups")
+    assert proc.returncode == 0, proc.stderr
+    assert "\nmoe=\n" in proc.stdout
+    for group, option in (("moe", "tokamax"), ("experiment", "smoke_gpu")):  # smoke_gpu's: the line after @package
+        assert re.search(rf"^  {option} +{re.escape(found[group][option])}$", proc.stdout, re.M), option
+
+
+def _as_written(written, typed) -> bool:
+    """The typed value is what the file wrote (the schema may add defaults to items of a list)."""
+    if isinstance(written, list) and isinstance(typed, list) and len(written) == len(typed):
+        return all(_as_written(w, t) for w, t in zip(written, typed, strict=True))
+    if isinstance(written, dict) and isinstance(typed, dict):
+        return all(_as_written(v, typed.get(k)) for k, v in written.items())
+    return written == typed or str(written) == str(typed)
+
+
+def test_config_show_names_the_file_or_override_behind_every_value():
+    overrides = ["experiment=dsv3_blog", "train.steps=3", "moe.ragged_buffer_factor=1.5"]
+    comp = sources.composition(overrides)
+    rows = {k: (v, src) for k, v, src in sources.annotated(compose(None, overrides).to_dict(), comp)}
+    assert rows["train.steps"] == (3, "command line: train.steps=3")
+    assert rows["train.per_device_batch_size"][1] == "experiment/dsv3_baseline.yaml"
+    assert rows["experiment_name"] == ("dsv3_blog", "experiment/dsv3_blog.yaml")
+    assert rows["moe.backend"] == ("te", "moe/te.yaml")
+    assert rows["network.resource_claim_template"][1] == "network/gb200_computedomain.yaml"
+    assert rows["train.seed"][1] == "base_config.yaml"
+    assert rows["network.host_network"][1] == sources.SCHEMA_DEFAULT  # no file sets it
+    # Every value said to come from a file is that file's value (a later file or override would have won).
+    for key, (value, src) in rows.items():
+        if src.endswith(".yaml"):
+            body = yaml.safe_load((config_dir() / src).read_text()) or {}
+            body.pop("defaults", None)
+            prefix = comp.packages[src]
+            node = body
+            for part in key.removeprefix(prefix).lstrip(".").split("."):
+                node = node[part]
+            assert _as_written(node, value), (key, src, node, value)
+    choice = {c.group: c for c in comp.choices}
+    assert choice["experiment"].chosen_by == "command line" and choice["moe"].chosen_by == "experiment/dsv3_blog.yaml"
+    assert choice["data"].chosen_by == "config.yaml"
+    proc = moekit("config", "show", *overrides)
+    assert proc.returncode == 0, proc.stderr
+    assert "#   moe=te  (experiment/dsv3_blog.yaml)" in proc.stdout
+    assert re.search(r"^train\.steps: 3 +# command line: train\.steps=3$", proc.stdout, re.M)
+    bad = moekit("config", "show", "experiment=smoke", "train.stepz=3")
+    assert bad.returncode == 2 and "unknown config key 'train.stepz'" in bad.stderr

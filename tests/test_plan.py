@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -242,3 +243,40 @@ def test_links_table_has_a_source_for_every_fact():
     assert all(link["source"] for link in table["links"].values())
     for hw in table["hardware"].values():
         assert hw["scale_up"] in table["links"] and hw["scale_out"] in table["links"] and hw["host_source"]
+
+
+# ---- what crosses NVLink domains goes over the network ----
+
+ON_H100 = ["hardware=h100", "precision=fp8", "cluster.gpus_per_node=8", "cluster.processes_per_node=8",
+           "cluster.nodes=16", "network=ib"]  # fmt: skip
+
+
+def test_off_domain_share_follows_the_mesh_order():
+    """Devices are numbered node by node and the expert axis varies fastest (MaxText's mesh order)."""
+    blog = Mesh({"data": 1, "fsdp": 8, "tensor": 1, "expert": 8}, {"data": 1, "fsdp": 2, "tensor": 1, "expert": 1}, 8)
+    assert blog.off_domain(("expert",)) == 0.0  # 8 experts fill one 8-GPU node
+    assert blog.off_domain(("fsdp",)) == 1.0  # each FSDP peer sits on another node
+    assert blog.off_domain(("fsdp", "expert")) == pytest.approx(56 / 63)
+    ones = dict.fromkeys(("data", "fsdp", "tensor", "expert"), 1)
+    wide = Mesh(ones | {"fsdp": 4, "expert": 16}, ones, 8)
+    assert wide.off_domain(("expert",)) == pytest.approx(8 / 15)  # half the EP group is on the next node
+    assert dataclasses.replace(blog, domain=72).off_domain(("fsdp",)) == 0.0  # one NVL72 rack holds the slice
+
+
+def test_plan_sends_cross_node_traffic_over_the_network():
+    out = build("dsv3_blog", ON_H100)
+    flows = {c["name"]: c for c in out["communication"]}
+    fsdp = flows["FSDP all-gather x2 + reduce-scatter"]
+    dims, values, mesh = dims_values("dsv3_blog", ON_H100)
+    one_domain = {f.name: f for f in network.traffic(dims, values, dataclasses.replace(mesh, domain=None))}
+    same = one_domain["FSDP all-gather x2 + reduce-scatter"]
+    assert fsdp["ici_gb"] + fsdp["dcn_gb"] == pytest.approx((same.ici_bytes + same.dcn_bytes) / 1e9)
+    assert fsdp["dcn_gb"] > 10 * same.dcn_bytes / 1e9  # the ICI FSDP stage crosses nodes: InfiniBand, not NVLink
+    assert flows["EP dispatch + combine"]["dcn_gb"] == 0.0  # expert axis inside a node
+    links = network.Links.from_table(data_file("links.yaml"), "h100")
+    rate = out["step"]["compute_tflops"]
+    as_nvlink = network.step_model(dims, values, dataclasses.replace(mesh, domain=None), links, rate)
+    assert out["step"]["step_s"] > 1.5 * as_nvlink.step_s
+    cli = moekit("plan", "experiment=dsv3_blog", *ON_H100, "--format", "json")
+    assert cli.returncode == 0, cli.stderr
+    assert any("NVLink domain" in w for w in json.loads(cli.stdout)["config_warnings"])

@@ -231,7 +231,7 @@ def test_kustomize_builds_with_the_patches():
     assert m["metadata"]["name"] == "dsv3-blog-site" and m["metadata"]["namespace"] == "training"
     assert m["metadata"]["labels"][jobset.QUEUE_LABEL] == "training-queue" and m["spec"]["suspend"] is True
     assert _container(m)["image"] == "registry.example.com/moekit:0.1.0"
-    assert _problems(m) == []
+    assert _problems(m, _kubernetes("dsv3_blog")) == []
 
 
 @pytest.mark.integration  # spawns the CLI
@@ -363,3 +363,56 @@ def test_documented_site_settings_render_and_validate():
     assert env["NCCL_DEBUG"] == "INFO" and env["LOG_DIR"] == "/logs/$(MOEKIT_NUM_NODES)"
     assert "cluster.env.LOG_DIR='/logs/$$(MOEKIT_NUM_NODES)'" in pod["containers"][0]["args"]
     assert _problems(m) == []
+
+
+# ---- persistent run directories (cluster.volumes, cluster.output) ----
+
+VOLUMES = "cluster.volumes=[{name: runs, path: /workspace/outputs, claim: moekit-runs}, {name: data, path: /data, host_path: /mnt/lustre/datasets, read_only: true}]"  # noqa: E501
+
+
+def test_volumes_become_pod_volumes_and_mounts():
+    m = _render("experiment=smoke", "target=jobset", "checkpoint.every=5", VOLUMES, "cluster.output=runs")
+    pod = m["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["runs"]["persistentVolumeClaim"] == {"claimName": "moekit-runs"}
+    assert volumes["data"]["hostPath"] == {"path": "/mnt/lustre/datasets", "type": "Directory"}
+    mounts = {v["name"]: v for v in pod["containers"][0]["volumeMounts"]}
+    assert mounts["runs"] == {"name": "runs", "mountPath": "/workspace/outputs"}
+    assert mounts["data"] == {"name": "data", "mountPath": "/data", "readOnly": True}
+    assert _problems(m) == []
+
+
+def test_slurm_checks_its_shared_paths_before_srun(tmp_path):
+    shared = tmp_path / "shared runs"
+    text, _, _ = cmd.render(
+        [
+            "experiment=smoke",
+            "target=slurm",
+            f"cluster.volumes=[{{name: runs, path: '{shared}'}}]",
+            "cluster.output=runs",
+        ]
+    )
+    script = tmp_path / "job.sh"
+    # Everything before srun, with srun itself replaced: the path check runs as the batch host would run it.
+    script.write_text(text.split("\nsrun ")[0] + "\necho ready\n")
+    missing = subprocess.run(["bash", str(script)], capture_output=True, text=True)
+    assert missing.returncode == 1 and f"{shared} is not a directory" in missing.stderr
+    shared.mkdir()
+    assert subprocess.run(["bash", str(script)], capture_output=True, text=True).stdout.strip() == "ready"
+
+
+def test_compose_mounts_the_volumes_instead_of_per_node_folders():
+    from moekit.render import compose as compose_target
+
+    cfg = compose(
+        "smoke", ["cluster=jobset", "cluster.nodes=2", "cluster.gpus_per_node=1", VOLUMES, "cluster.output=runs"]
+    )
+    project = compose_target.project(cfg, [])
+    assert project["volumes"] == {"moekit-runs": {}}
+    for node in ("node-0", "node-1"):  # one run directory on one named volume, shared like the PVC
+        assert project["services"][node]["volumes"] == [
+            "moekit-runs:/workspace/outputs",
+            "/mnt/lustre/datasets:/data:ro",
+        ]
+    plain = compose_target.project(compose("smoke", ["cluster=jobset", "cluster.nodes=2", "cluster.gpus_per_node=1"]))
+    assert plain["services"]["node-1"]["volumes"] == ["${MOEKIT_RUNS:-./outputs}/node-1:/workspace/outputs"]

@@ -151,3 +151,46 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
     third = moekit(*COMMON, f"run.dir={run}")
     assert third.returncode != 0 and "finished run" in third.stderr and "Traceback" not in third.stderr
     assert (run / "metrics.jsonl").read_bytes() == before
+
+
+def _docs_example() -> list[list[str]]:
+    """The two commands of docs/troubleshooting.md's resume example, as words after `moekit`."""
+    text = (REPO / "docs" / "troubleshooting.md").read_text().split("## Resuming a failed run")[1]
+    block = text.split("```")[1]
+    commands = [line.split("#")[0].split() for line in block.strip().splitlines()]
+    assert [c[0] for c in commands] == ["moekit", "moekit"] and commands[0] == commands[1]
+    return [c[1:] for c in commands]
+
+
+@pytest.mark.integration
+def test_docs_resume_example_works_as_printed(tmp_path):
+    """The example's relative run.dir, from a working directory of its own: killed after step 5 (once the
+    checkpoint of step 4 is committed), then run again as printed."""
+    first, second = _docs_example()
+    run = tmp_path / "outputs" / "my-run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moekit", *first],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 420
+    try:
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, "the run ended before it could be killed"
+            done = _steps_partial(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []
+            if (run / "smoke" / "checkpoints" / "4").is_dir() and max(done, default=-1) >= 5:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("no checkpoint of step 4 within the time limit")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    again = moekit(*second, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr + again.stdout[-2000:]
+    assert f"-> {run} (attempt 2, resuming from the checkpoint of step" in again.stdout
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["resumed_from_checkpoint"] >= 4
+    assert _steps(run / "metrics.jsonl") == list(range(10))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -24,6 +25,13 @@ def test_smoke_trains_and_summarizes(tmp_path):
     run = _run_dir(proc.stdout)
     assert run.parent == tmp_path / "smoke"
     assert "step 10/10" in proc.stdout and "final loss" in proc.stdout
+    assert "left out         0 (compile)" in proc.stdout  # the summary says which steps it did not count
+    # Start-up says what it is doing, with the time of day and the seconds since the command started.
+    phases = [line for line in proc.stderr.splitlines() if re.match(r"moekit: \d\d:\d\d:\d\d \(\+[\d.]+ s\) ", line)]
+    said = " | ".join(phases)
+    for phase in ("composing the config", "checking it", "launching 1 process(es)", "compiling the train step",
+                  "compiled (MaxText's estimate"):  # fmt: skip
+        assert phase in said, (phase, said)
     for name in ("config.yaml", "job.json", "versions.json", "metrics.jsonl", "maxtext.log", "summary.json"):
         assert (run / name).is_file(), name
     summary = json.loads((run / "summary.json").read_text())
@@ -56,6 +64,7 @@ def test_two_processes_match_one(tmp_path):
     assert len(a) == len(b) == 6
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-3
     assert b == b1  # both processes saw the same global step results
+    assert "rendezvous complete: every process joined" in two.stderr
 
 
 def test_dry_run_json_launches_nothing(tmp_path):

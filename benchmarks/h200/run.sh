@@ -4,8 +4,8 @@
 # writing under $OUT as soon as each finishes (at most 8 files come back: phases tar their run folders).
 #   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
 #   bash benchmarks/h200/run.sh te gmm presets:te,tokamax verify:<args file>   (te: benchmarks/te_h200/README.md)
-# Needs: .whl/ (wheels of ../shared/device/h200-wheels.txt + hydra-core 1.3.0 + antlr4 4.9.3) and
-# .whl/stubs/ (the xprof stub tokamax imports), both git-ignored and carried.
+# Needs: .whl/ (git-ignored, carried): the wheels of benchmarks/h200/wheels.txt (benchmarks/h200/README.md says how
+# to get them); benchmarks/h200/stubs/ holds the xprof stand-in tokamax imports.
 set -u
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -18,7 +18,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
   log "no .whl carried: phases that need MaxText will fail"   # e.g. a call that only stages TE
 fi
-export PYTHONPATH=/tmp/site:$PWD/.whl/stubs:$PWD/src
+export PYTHONPATH=/tmp/site:$PWD/benchmarks/h200/stubs:$PWD/src
 MOEKIT="python3 -m moekit"
 bench_gmm() {  # back ends, skews, log file under $OUT
   timeout ${GMM_TIMEOUT:-110} $MOEKIT bench gmm --backends "$1" --skews "$2" --out "$OUT/gmm.json" > "$OUT/$3" 2>&1
@@ -34,7 +34,8 @@ for phase in "$@"; do
         timeout 60 $MOEKIT train experiment=dsv3_proxy_h200 --dry-run; } > "$OUT/preflight.txt" 2>&1
       log "preflight rc=$?"
       # Every command module must import here, or every later `moekit` call fails the same way: stop now.
-      python3 -c "import moekit.cli as c; c._parser()" >> "$OUT/preflight.txt" 2>&1 || { log "moekit cli broken"; exit 1; } ;;
+      python3 -c "import importlib, moekit.cli as c; [importlib.import_module('moekit.commands.' + m) for m in c.COMMANDS.values()]" \
+        >> "$OUT/preflight.txt" 2>&1 || { log "moekit cli broken"; exit 1; } ;;
     te)
       # TransformerEngine from benchmarks/te_h200/build.sh's parts (staged by earlier calls). TE's NCCL EP
       # needs NCCL >= 2.30.4. XLA and TE must share one libnccl.so.2: the image's copy becomes a link to the
@@ -81,7 +82,7 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"
       timeout -s INT ${TUNE_TIMEOUT:-480} $MOEKIT tune "${targs[@]}" --out /tmp/tune > "$OUT/tune.txt" 2>&1; log "tune rc=$?"
-      cp /tmp/tune/tune.json "$OUT/" 2>/dev/null; cp /tmp/tune/*.yaml "$OUT/" 2>/dev/null
+      cp /tmp/tune/*/*/tune.json "$OUT/" 2>/dev/null; cp /tmp/tune/*/*/*.yaml "$OUT/" 2>/dev/null   # <name>/<timestamp>/
       tar czf "$OUT/tune_runs.tgz" -C /tmp tune 2>/dev/null ;;
     *) log "unknown phase $name" ;;
   esac

@@ -8,6 +8,7 @@ The result is set against one grouped GEMM of the same layer (hidden -> expert F
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -53,9 +54,24 @@ def functions(layer: Layer) -> dict[str, Any]:
     return {"dispatch": jax.jit(dispatch), "scatter_add": jax.jit(scatter_add), "gather_sum": jax.jit(gather_sum)}
 
 
-def run(layer: Layer, gmm_backend: str = "tokamax", dtype: str = "bfloat16", iters: int = 20) -> dict[str, Any]:
+def run(
+    layer: Layer,
+    gmm_backend: str = "tokamax",
+    dtype: str = "bfloat16",
+    iters: int = 20,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Time dispatch, both combines and one grouped GEMM of the layer; `progress` gets a line per step."""
+    import time
+
     import jax
     import jax.numpy as jnp
+
+    started = time.monotonic()
+
+    def say(text: str) -> None:
+        if progress is not None:
+            progress(f"{text} ({time.monotonic() - started:.0f} s)")
 
     ks = jax.random.split(jax.random.PRNGKey(0), 2)
     h = jax.random.normal(ks[0], (layer.tokens, layer.hidden), dtype)
@@ -63,14 +79,17 @@ def run(layer: Layer, gmm_backend: str = "tokamax", dtype: str = "bfloat16", ite
     fns = functions(layer)
     xs, order, counts, weights = fns["dispatch"](h, logits)
     rows = {"dispatch": median_seconds(fns["dispatch"], h, logits, iters=iters)}
-    for name in COMBINES:
+    say(f"[1/4] dispatch: {rows['dispatch'] * 1e3:.3f} ms")
+    for i, name in enumerate(COMBINES):
         rows[name] = median_seconds(fns[name], xs, order, weights, iters=iters)
+        say(f"[{i + 2}/4] combine {name}: {rows[name] * 1e3:.3f} ms")
     # Both combines must give the same tokens back (so the cheaper one is a drop-in).
     diff = jnp.max(jnp.abs(fns["scatter_add"](xs, order, weights) - fns["gather_sum"](xs, order, weights)))
     shape = gmm.Shape(layer.experts, layer.tokens * layer.topk, layer.hidden, layer.ffn)
     g = gmm.run(shape, [gmm_backend], ["balanced"], dtype=dtype, iters=iters)
     timed = [r for r in g["rows"] if r["backend"] == gmm_backend and r["ms"] is not None]
     gmm_ms = timed[0]["ms"] if timed else None
+    say(f"[4/4] grouped GEMM {gmm_backend}: {'failed' if gmm_ms is None else f'{gmm_ms:.3f} ms'}")
     out = {
         "layer": asdict(layer),
         "dtype": dtype,

@@ -86,10 +86,24 @@ def run(
     dtype: str = "bfloat16",
     iters: int = 20,
     warmup: int = 3,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Time the ceiling and every (back end, skew) pair; a back end that fails is reported, not fatal."""
+    """Time the ceiling and every (back end, skew) pair; a back end that fails is reported, not fatal.
+
+    `progress` gets one line per kernel as it finishes ([i/n] what, ms, seconds so far).
+    """
+    import time
+
     import jax
     import jax.numpy as jnp
+
+    started, total = time.monotonic(), 1 + len(backends) * len(skews)
+
+    def done(row: dict[str, Any]) -> None:
+        if progress is not None:
+            took = f"{row['ms']:.3f} ms" if row["ms"] is not None else (row["error"] or "failed").split(":")[0]
+            since = time.monotonic() - started
+            progress(f"[{len(rows)}/{total}] {row['backend']} {row['groups']}: {took} ({since:.0f} s)")
 
     if shape.rows % shape.groups:
         raise ValueError(f"rows {shape.rows} must be a multiple of groups {shape.groups} for the equal-group ceiling")
@@ -104,6 +118,7 @@ def run(
     rows: list[dict[str, Any]] = [
         _row("ceiling", "equal-group batched matmul (jnp.einsum)", "balanced", ceiling_s, shape, ceiling_s)
     ]
+    done(rows[-1])
     reference = ceiling(x, w).reshape(shape.rows, shape.n)
 
     for name in backends:
@@ -111,6 +126,8 @@ def run(
             fn, what = backend_fn(name, platform)
         except (ImportError, ValueError) as exc:
             rows.append(_row(name, "", "-", None, shape, ceiling_s, error=f"unavailable: {exc}"))
+            total -= len(skews) - 1
+            done(rows[-1])
             continue
         jitted = jax.jit(fn)
         for skew in skews:
@@ -125,6 +142,7 @@ def run(
                 rows.append(_row(name, what, skew, t, shape, ceiling_s))
             except Exception as exc:  # a kernel's failure is a result here (e.g. OOM, unsupported shape)
                 rows.append(_row(name, what, skew, None, shape, ceiling_s, error=f"{type(exc).__name__}: {exc}"[:300]))
+            done(rows[-1])
     return {"shape": asdict(shape) | {"tflop_per_call": shape.flop / 1e12}, "dtype": dtype, "rows": rows}
 
 

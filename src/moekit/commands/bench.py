@@ -1,28 +1,42 @@
 """`moekit bench gmm|dispatch`: microbenchmarks of the MoE layer's pieces on this machine's first device.
 
-Defaults are DeepSeek-V3's per-GPU shape at expert parallelism 8: 256/8 = 32 local experts, 24,576 tokens
-(per-device batch 6 x seq 4096) x top-8, hidden 7168, expert FFN 2048.
+Shapes (--shape): `dsv3` is DeepSeek-V3's per-GPU shape at expert parallelism 8: 256/8 = 32 local experts,
+24,576 tokens (per-device batch 6 x seq 4096) x top-8, hidden 7168, expert FFN 2048. `small` is sized to
+finish in seconds on a CPU. `auto` (the default) takes dsv3 on a GPU and small elsewhere; --experts,
+--tokens, ... change single dimensions of the chosen shape. A size and time estimate is printed first, then
+each kernel as it finishes (on stderr; the result goes to stdout).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from moekit.errors import MoekitError
 
 HELP = "microbenchmarks: grouped GEMM vs its ceiling (gmm), token dispatch/combine (dispatch)"
 
+# name -> (experts, tokens, topk, hidden, ffn, timed calls per kernel)
+SHAPES = {
+    "dsv3": (32, 24576, 8, 7168, 2048, 20),  # DeepSeek-V3 671B per GPU at EP 8 (the blog's batch 6 x 4096)
+    "small": (8, 512, 2, 256, 128, 3),  # seconds on a 2-core CPU (compilation takes most of them)
+}
+DIMS = ("experts", "tokens", "topk", "hidden", "ffn", "iters")
+
 
 def _shape_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--experts", type=int, default=32, help="local experts = groups (default 32)")
-    p.add_argument("--tokens", type=int, default=24576, help="tokens on the device per step (default 24576)")
-    p.add_argument("--topk", type=int, default=8, help="experts per token (default 8)")
-    p.add_argument("--hidden", type=int, default=7168, help="model hidden size, the GEMM's K (default 7168)")
-    p.add_argument("--ffn", type=int, default=2048, help="expert FFN size, the GEMM's N (default 2048)")
+    p.add_argument(
+        "--shape", choices=("auto", *SHAPES), default="auto", help="dsv3, small, or auto: dsv3 on a GPU, else small"
+    )
+    p.add_argument("--experts", type=int, help="local experts = groups (dsv3: 32)")
+    p.add_argument("--tokens", type=int, help="tokens on the device per step (dsv3: 24576)")
+    p.add_argument("--topk", type=int, help="experts per token (dsv3: 8)")
+    p.add_argument("--hidden", type=int, help="model hidden size, the GEMM's K (dsv3: 7168)")
+    p.add_argument("--ffn", type=int, help="expert FFN size, the GEMM's N (dsv3: 2048)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
-    p.add_argument("--iters", type=int, default=20, help="timed calls per kernel; the median is reported")
+    p.add_argument("--iters", type=int, help="timed calls per kernel; the median is reported (dsv3: 20, small: 3)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--out", type=Path, help="also write the result with provenance as JSON to this file")
 
@@ -46,40 +60,74 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d.add_argument("--gmm-backend", default="tokamax", help="grouped GEMM to compare with (default tokamax)")
 
 
-def run(args: argparse.Namespace) -> int:
-    from moekit.bench import dispatch, gmm
-    from moekit.bench.timing import provenance
+def resolve_shape(args: argparse.Namespace, platform: str) -> tuple[str, dict[str, int]]:
+    """(shape name, dimensions): the --shape preset for this platform, with any dimension given on its own."""
+    name = args.shape if args.shape != "auto" else ("dsv3" if platform == "gpu" else "small")
+    dims = dict(zip(DIMS, SHAPES[name], strict=True))
+    given = {k: getattr(args, k) for k in DIMS if getattr(args, k) is not None}
+    return (name if not given else f"{name} with {', '.join(f'--{k} {v}' for k, v in given.items())}"), dims | given
 
-    for name in ("experts", "tokens", "topk", "hidden", "ffn", "iters"):
-        if getattr(args, name) < 1:
-            raise MoekitError(f"--{name}={getattr(args, name)}: must be at least 1")
-    if args.topk > args.experts:
-        raise MoekitError(f"--topk={args.topk} exceeds --experts={args.experts}: choose topk <= experts")
+
+def _check(args: argparse.Namespace, dims: dict[str, int]) -> None:
+    from moekit.bench import gmm
+
+    for name, value in dims.items():
+        if value < 1:
+            raise MoekitError(f"--{name}={value}: must be at least 1")
+    if dims["topk"] > dims["experts"]:
+        raise MoekitError(f"--topk={dims['topk']} exceeds --experts={dims['experts']}: choose topk <= experts")
     if args.bench == "gmm":
-        backends = [b for b in args.backends.split(",") if b]
-        unknown = [b for b in backends if b not in gmm.BACKENDS]
+        unknown = [b for b in _list(args.backends) if b not in gmm.BACKENDS]
         if unknown:
             raise MoekitError(f"unknown back end(s) {unknown}: choose from {', '.join(gmm.BACKENDS)}")
-        skews = [s for s in args.skews.split(",") if s]
-        for s in skews:
+        for s in _list(args.skews):
             try:
-                gmm.group_sizes(args.experts, args.experts, s)
+                gmm.group_sizes(dims["experts"], dims["experts"], s)
             except ValueError as exc:
                 raise MoekitError(str(exc)) from None
-        rows = args.tokens * args.topk
-        if rows % args.experts:
+        rows = dims["tokens"] * dims["topk"]
+        if rows % dims["experts"]:
             raise MoekitError(
-                f"tokens x topk = {rows} must be a multiple of --experts={args.experts} (the ceiling uses equal groups)"
+                f"tokens x topk = {rows} must be a multiple of --experts={dims['experts']} "
+                "(the ceiling uses equal groups)"
             )
-        result = gmm.run(gmm.Shape(args.experts, rows, args.hidden, args.ffn), backends, skews, args.dtype, args.iters)
+    elif args.gmm_backend not in gmm.BACKENDS:
+        raise MoekitError(f"unknown --gmm-backend {args.gmm_backend}: choose from {', '.join(gmm.BACKENDS)}")
+
+
+def _list(text: str) -> list[str]:
+    return [x for x in text.split(",") if x]
+
+
+def run(args: argparse.Namespace) -> int:
+    import jax
+
+    from moekit.bench import dispatch, gmm, timing
+
+    platform = jax.devices()[0].platform
+    shape_name, dims = resolve_shape(args, platform)
+    _check(args, dims)
+
+    def say(text: str) -> None:
+        print(f"moekit bench: {text}", file=sys.stderr, flush=True)
+
+    shape = gmm.Shape(dims["experts"], dims["tokens"] * dims["topk"], dims["hidden"], dims["ffn"])
+    if args.bench == "gmm":
+        kernels = 1 + len(_list(args.backends)) * len(_list(args.skews))
+        layer = None
+    else:
+        layer = dispatch.Layer(dims["tokens"], dims["hidden"], dims["experts"], dims["topk"], dims["ffn"])
+        kernels = 2
+    say(f"shape {shape_name} on {platform} (--shape dsv3: DeepSeek-V3's per-GPU shape; --shape small: seconds on CPU)")
+    rate, bandwidth = timing.probe(args.dtype)
+    say(timing.estimate(shape, args.dtype, kernels, dims["iters"], rate, bandwidth, platform, layer))
+    if args.bench == "gmm":
+        result = gmm.run(shape, _list(args.backends), _list(args.skews), args.dtype, dims["iters"], progress=say)
         text = gmm.format_table(result)
     else:
-        if args.gmm_backend not in gmm.BACKENDS:
-            raise MoekitError(f"unknown --gmm-backend {args.gmm_backend}: choose from {', '.join(gmm.BACKENDS)}")
-        layer = dispatch.Layer(args.tokens, args.hidden, args.experts, args.topk, args.ffn)
-        result = dispatch.run(layer, args.gmm_backend, args.dtype, args.iters)
+        result = dispatch.run(layer, args.gmm_backend, args.dtype, dims["iters"], progress=say)
         text = dispatch.format_table(result)
-    result = {"bench": args.bench, "provenance": provenance(), **result}
+    result = {"bench": args.bench, "preset": shape_name, "provenance": timing.provenance(), **result}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")

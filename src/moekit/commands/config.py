@@ -65,7 +65,7 @@ def format_show(comp, rows: list[tuple[str, object, str]]) -> str:
     out += [f"#   {c.group}={c.option}  ({c.chosen_by})" for c in comp.choices]
     out.append("# files, in Hydra's merge order (a later one wins): " + ", ".join(comp.files))
     out.append("# key: value  # set by")
-    width = max(len(k) + len(_text(v)) for k, v, _ in rows) + 2
+    width = min(60, max(len(k) + len(_text(v)) for k, v, _ in rows) + 2)
     out += [f"{f'{k}: {_text(v)}':<{width}}  # {src}" for k, v, src in rows]
     return "\n".join(out)
 

@@ -49,6 +49,8 @@ class Choice:
 class Composition:
     files: list[str]
     """The config files in Hydra's merge order (later wins), relative to conf/."""
+    packages: dict[str, str]
+    """File -> the key its content lands under ('' = the top level)."""
     choices: list[Choice]
     sources: dict[str, str]
     """Dotted key -> the file or override that set it last."""
@@ -80,15 +82,20 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
                 found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
     finally:
         GlobalHydra.instance().clear()
-    files, sources = [], {}
+    files, packages, sources = [], {}, {}
     for d in found.defaults:
         if d.config_path is None or d.config_path.startswith("hydra/") or d.package is None:
             continue
         path = f"{d.config_path}.yaml"
         files.append(path)
+        packages[path] = d.package
         body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}
         body.pop("defaults", None)
-        sources |= dict.fromkeys(_flat(body, d.package), path)
+        for key in _flat(body, d.package):
+            parts = key.split(".")
+            for n in range(1, len(parts)):  # a value set whole before (expect: null) is now a mapping
+                sources.pop(".".join(parts[:n]), None)
+            sources[key] = path
     for o in found.overrides.config_overrides:
         key = o.key_or_group.lstrip("+~")
         sources = {k: v for k, v in sources.items() if not k.startswith(f"{key}.")}  # a mapping replaced whole
@@ -105,7 +112,7 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
         if g not in seen and g in found.overrides.known_choices
     ]
     order = {g: i for i, g in enumerate(GROUPS)}
-    return Composition(files, sorted(choices, key=lambda c: order.get(c.group, 99)), sources)
+    return Composition(files, packages, sorted(choices, key=lambda c: order.get(c.group, 99)), sources)
 
 
 def source_of(key: str, sources: Mapping[str, str]) -> str:

@@ -1,0 +1,120 @@
+"""The command line imports what the running command needs and no more, and the GPU recipe's wheel list
+(benchmarks/h200/wheels.txt) covers what moekit's commands import there."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+HEAVY = ("hydra", "omegaconf", "pydantic", "jsonschema", "matplotlib", "numpy", "jax", "yaml", "maxtext")
+# The commands benchmarks/h200/run.sh runs on the GPU machine (tune and verify run `moekit train` per trial).
+GPU_SIDE = [
+    ["train", "experiment=smoke", "--dry-run"],
+    ["plan", "experiment=dsv3_proxy_h200"],
+    ["config", "show", "experiment=smoke"],
+    [
+        "bench",
+        "dispatch",
+        "--iters",
+        "1",
+        "--tokens",
+        "64",
+        "--hidden",
+        "32",
+        "--ffn",
+        "16",
+        "--gmm-backend",
+        "ragged_dot",
+    ],
+    ["tune", "--help"],
+    ["verify", "--help"],
+]
+# What the GPU machine has before anything is installed (benchmarks/h200/README.md): these and their dependencies.
+ON_THE_MACHINE = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint")
+# Imported when installed, skipped when not (try/except ImportError in the importer).
+OPTIONAL = {
+    "attr": "omegaconf._utils: attrs classes as configs",
+    "cloudpickle": "jax._src.pickle_util",
+    "filelock": "jax._src.lru_cache: only for jax_compilation_cache_max_size",
+    "_distutils_hack": "setuptools' .pth hook, run by site at start-up",
+}
+
+
+def imported(*args: str) -> set[str]:
+    """Top-level modules a `moekit ...` process imports (python -X importtime)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "moekit", *args], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s+(\S+)", proc.stderr, re.M)
+    return {n.strip().split(".")[0] for n in names}
+
+
+def test_help_imports_no_command_dependency():
+    found = imported("--help")
+    assert not found & set(HEAVY), found & set(HEAVY)
+
+
+@pytest.mark.integration
+def test_a_command_imports_only_its_own_dependencies():
+    train = imported("train", "experiment=smoke", "--dry-run")
+    assert {"hydra", "pydantic"} <= train and not train & {"jsonschema", "matplotlib", "jax", "maxtext"}
+    render = imported("render", "experiment=smoke", "target=jobset")
+    assert "jsonschema" not in render and "matplotlib" not in render  # only --check validates
+    assert "jsonschema" in imported("render", "experiment=smoke", "target=jobset", "--check")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _closure(roots: tuple[str, ...]) -> set[str]:
+    """The distributions `roots` declare as dependencies (without extras), transitively, as installed here."""
+    seen, todo = set(), [_canonical(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = md.requires(name) or []
+        except md.PackageNotFoundError:
+            continue
+        todo += [_canonical(re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0]) for r in requires if "extra ==" not in r]
+    return seen
+
+
+@pytest.mark.integration
+def test_gpu_wheel_list_covers_every_import_of_the_gpu_side_commands():
+    listed = {
+        _canonical(line.split("==")[0])
+        for line in (REPO / "benchmarks" / "h200" / "wheels.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    present = _closure(ON_THE_MACHINE)
+    owners = md.packages_distributions()
+    modules = set().union(*(imported(*args) for args in GPU_SIDE)) - set(sys.stdlib_module_names) - set(OPTIONAL)
+    missing = {}
+    for module in sorted(modules):
+        dists = {_canonical(d) for d in owners.get(module, [])} - {"moekit"}
+        if dists and not dists & (listed | present):
+            missing[module] = sorted(dists)
+    assert not missing, f"imported on the GPU machine but neither in wheels.txt nor there already: {missing}"
+
+
+def test_wheel_list_and_stub_need_nothing_outside_the_repository():
+    text = (REPO / "benchmarks" / "h200" / "run.sh").read_text()
+    assert "../shared" not in text and "benchmarks/h200/stubs" in text
+    stubs = REPO / "benchmarks" / "h200" / "stubs"
+    probe = (
+        "import xprof; from xprof.cli.tools import get_kernel_stats_tool\n"  # what tokamax imports
+        "try:\n    get_kernel_stats_tool()\nexcept NotImplementedError:\n    print(xprof.__file__)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], env={"PYTHONPATH": str(stubs)}, capture_output=True, text=True)
+    assert out.stdout.strip() == str(stubs / "xprof" / "__init__.py"), out.stderr
