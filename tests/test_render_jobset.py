@@ -404,15 +404,14 @@ def test_slurm_checks_its_shared_paths_before_srun(tmp_path):
 def test_compose_mounts_the_volumes_instead_of_per_node_folders():
     from moekit.render import compose as compose_target
 
-    cfg = compose(
-        "smoke", ["cluster=jobset", "cluster.nodes=2", "cluster.gpus_per_node=1", VOLUMES, "cluster.output=runs"]
-    )
-    project = compose_target.project(cfg, [])
+    two = ["cluster=jobset", "cluster.nodes=2", "cluster.gpus_per_node=1"]
+    project = compose_target.project(compose("smoke", [*two, VOLUMES, "cluster.output=runs"]), [])
     assert project["volumes"] == {"moekit-runs": {}}
+    want = [
+        {"type": "volume", "source": "moekit-runs", "target": "/workspace/outputs"},
+        {"type": "bind", "source": "/mnt/lustre/datasets", "target": "/data", "read_only": True},
+    ]
     for node in ("node-0", "node-1"):  # one run directory on one named volume, shared like the PVC
-        assert project["services"][node]["volumes"] == [
-            "moekit-runs:/workspace/outputs",
-            "/mnt/lustre/datasets:/data:ro",
-        ]
-    plain = compose_target.project(compose("smoke", ["cluster=jobset", "cluster.nodes=2", "cluster.gpus_per_node=1"]))
+        assert project["services"][node]["volumes"] == want
+    plain = compose_target.project(compose("smoke", two))
     assert plain["services"]["node-1"]["volumes"] == ["${MOEKIT_RUNS:-./outputs}/node-1:/workspace/outputs"]

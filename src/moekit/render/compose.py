@@ -24,15 +24,21 @@ def host(cfg: Config, node: int) -> str:
     return f"{jobset.job_name(cfg)}-{jobset.WORKERS}-0-{node}"
 
 
-def volumes(cfg: Config, node: int) -> list[str]:
+def volumes(cfg: Config, node: int) -> list[Any]:
     """Each node's own ./outputs/node-N (the image's run directories), unless cluster.volumes mounts something
-    there; then cluster.volumes: a claim becomes a named Docker volume shared by the nodes, a host path a bind."""
+    there; then cluster.volumes, in compose's long syntax (a path holding ':' stays one path): a claim becomes
+    a named Docker volume that the nodes share, a host path a bind mount."""
+    c = cfg.cluster
     own = (
         []
-        if any(v.path == RUNS_MOUNT for v in cfg.cluster.volumes)
+        if any(v.path == RUNS_MOUNT for v in c.volumes)
         else [f"${{MOEKIT_RUNS:-./outputs}}/node-{node}:{RUNS_MOUNT}"]
     )
-    return own + [f"{v.claim or v.host_path}:{v.path}{':ro' if v.read_only else ''}" for v in cfg.cluster.volumes]
+    return own + [
+        {"type": "volume" if v.claim else "bind", "source": v.claim or v.host_path, "target": v.path}
+        | ({"read_only": True} if v.read_only else {})
+        for v in c.volumes
+    ]
 
 
 def service(cfg: Config, overrides: Sequence[str], node: int) -> dict[str, Any]:
