@@ -106,3 +106,20 @@ def test_recorded_runs_are_what_their_files_say():
     for name in ("twoproc", "ckpt", "b2", "b4", "partial"):
         manifest = json.loads((RUNS / name / "manifest.json").read_text())
         assert manifest["experiment"] == "smoke" and Path(manifest["overrides"][-1]).name == name
+
+
+def test_a_run_without_a_steady_step_still_summarizes_and_plots(tmp_path):
+    """Two steps, the second paying a checkpoint save: the medians fall back to the save step, and say so."""
+    import shutil
+
+    from moekit.observe import plots
+
+    run = tmp_path / "short"
+    shutil.copytree(RUNS / "ckpt", run)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    (run / "metrics.jsonl").write_text("\n".join(lines[:2]) + "\n")
+    loaded = rundata.load(run)
+    s = loaded.summary
+    assert s["counted_steps"] == [1] and "no step is free" in s["note"]
+    assert s["step_time_s"]["median"] == _times("ckpt")[1]
+    assert plots.write([loaded], ["short"], tmp_path / "plots") == ["step_time.png", "tflops.png", "loss.png"]

@@ -38,7 +38,9 @@ def _save(plt, fig, runs: Sequence[Run], path: Path) -> None:
 
 
 def _excluded(r: Run) -> set[int]:
-    return {e["step"] for e in r.summary.get("excluded", [])}
+    """The steps the summary's medians do not count."""
+    counted = set(r.summary.get("counted_steps", []))
+    return {int(row["step"]) for row in r.metrics.rows} - counted
 
 
 def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:

@@ -105,6 +105,7 @@ def summarize(
     out: dict[str, Any] = {
         "steps": len(m.rows),
         "steady_steps": len(steady),
+        "counted_steps": [int(r["step"]) for r in steady],
         "excluded": [{"step": s, "reason": why} for s, why in left_out.items()],
         "exclusion_reasons": {why: REASONS[why] for why in dict.fromkeys(left_out.values())},
         "step_time_s": _spread([float(r[STEP_TIME]) for r in steady]),
