@@ -144,7 +144,7 @@ def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
             "moe",
             "moe=megablox is MaxText's TPU Pallas kernel; on GPU it runs in interpret mode "
             "(measured 31 TFLOP/s/device vs 278 for moe=tokamax on one H200, MaxText 0.2.5, 2026-12-02)",
-            "use moe=tokamax (or moe=te on the NGC image); moe.force=true runs it anyway",
+            "use moe=te_gmm or moe=tokamax (or moe=te on the NGC image); moe.force=true runs it anyway",
         )
 
 
@@ -230,6 +230,19 @@ def te_moe_requirements(cfg: Config) -> Iterator[Problem]:
 
 
 @check
+def te_gmm_requirements(cfg: Config) -> Iterator[Problem]:
+    hw = cfg.hardware
+    if cfg.moe.backend == "te_gmm" and (hw.platform != "gpu" or (hw.sm or 0) < 90):
+        yield Problem(
+            "moe",
+            "moe=te_gmm runs MaxText's expert GEMMs on TransformerEngine's grouped GEMM: an NVIDIA GPU with "
+            f"SM >= 90; hardware={hw.name} is not one",
+            "moe=ragged_dot (the same MaxText path with XLA's ragged_dot; runs anywhere), moe=tokamax (GPU), or "
+            "hardware=h100|h200|b200|gb200|gb300",
+        )
+
+
+@check
 def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
     moe, ep = cfg.moe, expert_parallel_size(cfg)
     if moe.dispatch == "nccl_ep" and moe.backend != "te":
@@ -244,7 +257,7 @@ def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
             "ring of experts passes tokens around the expert-parallel ranks, but expert parallelism is 1",
             "set parallelism.ici.expert (or parallelism.dcn.expert) above 1, or moe.dispatch=ragged_all_to_all",
         )
-    grouped = moe.backend in ("tokamax", "ragged_dot", "megablox")
+    grouped = moe.backend in ("te_gmm", "tokamax", "ragged_dot", "megablox")
     if moe.dispatch == "ring" and not grouped and moe.backend != "te":  # te: te_moe_requirements says it
         yield Problem(
             "moe.dispatch",
