@@ -22,12 +22,12 @@ SDIST_SHA256=b5d65e6f747de90d98fe9041322b532481e8de2b21b303a7e6f1365c665201ca
 PY=${PY:-$(ls -d "$HOME"/.pyenv/versions/3.12.* 2>/dev/null | tail -1)/bin/python3.12}
 case $PACK in
   # Runtime pieces (go to the GPU machine) and the NCCL whose headers (and, full: library) the extension uses.
-  full) NCCL=2.30.7; RUNTIME="transformer-engine-cu13==$TE transformer-engine==$TE nvidia-nccl-cu13==$NCCL"
-        EP_FLAGS=(-DNVTE_WITH_NCCL_EP) ;;
-  gmm)  NCCL=2.28.9; RUNTIME="transformer-engine-cu13==$TE transformer-engine==$TE nvidia-nccl-cu13==$NCCL"
-        EP_FLAGS=() ;;
+  # NCCL_IN: where the NCCL wheel is unpacked (the site folder when NCCL goes along).
+  full) NCCL=2.30.7; NCCL_IN=site; EP_FLAGS=(-DNVTE_WITH_NCCL_EP) ;;
+  gmm)  NCCL=2.28.9; NCCL_IN=nccl; EP_FLAGS=() ;;
   *) echo "PACK=$PACK: choose full or gmm" >&2; exit 2 ;;
 esac
+RUNTIME="transformer-engine-cu13==$TE transformer-engine==$TE nvidia-nccl-cu13==$NCCL"
 # Headers matching the H200 machine: jaxlib 0.11.2 (XLA FFI), CUDA 13.0, cuDNN 9.19.
 HEADERS="jaxlib==0.11.2 nvidia-cuda-runtime==13.0.96 nvidia-cuda-crt==13.0.88 nvidia-cuda-cccl==13.0.85 nvidia-cuda-nvrtc==13.0.88
   nvidia-nvtx==13.0.85   nvidia-cublas==13.0.2.14 nvidia-cudnn-cu13==9.19.1.2 nvidia-cudnn-frontend==1.32.0 pybind11==3.1.0"
@@ -74,14 +74,15 @@ for spec in $HEADERS; do
   unzip -q -o "$f" -d "$W/inc/$name" '*include/*'
 done
 tar xzf "$SDIST" -C "$W"; SRC=$W/transformer_engine_jax-$TE
-NCCL_WHL=$(ls "$CACHE"/whl/nvidia_nccl_cu13-"$NCCL"-*.whl); unzip -q -o "$NCCL_WHL" -d "$W/site"
+NCCL_WHL=$(ls "$CACHE"/whl/nvidia_nccl_cu13-"$NCCL"-*.whl); NCCL_DIR=$W/$NCCL_IN/nvidia/nccl
+unzip -q -o "$NCCL_WHL" -d "$W/$NCCL_IN"
 INCS=(
   -I"$SRC/common_headers" -I"$SRC/common_headers/common" -I"$SRC/common_headers/common/include" -I"$SRC/csrc"
   -I"$W/inc/nvidia-cuda-runtime/nvidia/cu13/include" -I"$W/inc/nvidia-cuda-crt/nvidia/cu13/include"
   -I"$W/inc/nvidia-cuda-cccl/nvidia/cu13/include" -I"$W/inc/nvidia-cuda-nvrtc/nvidia/cu13/include"
   -I"$W/inc/nvidia-nvtx/nvidia/cu13/include"   -I"$W/inc/nvidia-cublas/nvidia/cu13/include"
   -I"$W/inc/nvidia-cudnn-cu13/nvidia/cudnn/include" -I"$W/inc/nvidia-cudnn-frontend/include"
-  -I"$W/inc/jaxlib/jaxlib/include" -I"$W/inc/pybind11/pybind11/include" -I"$W/site/nvidia/nccl/include"
+  -I"$W/inc/jaxlib/jaxlib/include" -I"$W/inc/pybind11/pybind11/include" -I"$NCCL_DIR/include"
   -I"$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')"
 )
 # The flags TE's own build passes (build_tools/jax.py); PACK=full also turns NCCL EP on.
@@ -90,7 +91,7 @@ step "compiling $(ls "$SRC"/csrc/extensions/*.cpp | wc -l) sources on $(nproc) c
 export W; printf '%s\n' "$SRC"/csrc/extensions/*.cpp | \
   xargs -P "$(nproc)" -I{} sh -c 'g++ "$@" -c {} -o "$W/obj/$(basename {} .cpp).o" || exit 255' _ "${FLAGS[@]}" "${INCS[@]}"
 EXT=transformer_engine_jax$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-g++ -shared -o "$W/site/$EXT" "$W"/obj/*.o "$W/site/nvidia/nccl/lib/libnccl.so.2"
+g++ -shared -o "$W/site/$EXT" "$W"/obj/*.o "$NCCL_DIR/lib/libnccl.so.2"
 step "built $EXT ($(du -h "$W/site/$EXT" | cut -f1))"
 
 step "assembling the site folder and packing it"
@@ -99,7 +100,7 @@ for name in transformer_engine_cu13 transformer_engine; do
 done
 rm -rf "$W/site/transformer_engine/pytorch"        # the JAX path only
 if [ "$PACK" = gmm ]; then  # the machine's own NCCL serves TE's core library; no NCCL EP
-  rm -rf "$W/site/nvidia" "$W/site/transformer_engine/wheel_lib/libnccl_ep.so" "$W/site/transformer_engine/wheel_lib/nccl_ep"
+  rm -rf "$W/site/transformer_engine/wheel_lib/libnccl_ep.so" "$W/site/transformer_engine/wheel_lib/nccl_ep"
   LIBS=("$W/site/transformer_engine/wheel_lib/"*.so)
 else
   LIBS=("$W/site/transformer_engine/wheel_lib/"*.so "$W/site/nvidia/nccl/lib/libnccl.so.2")
