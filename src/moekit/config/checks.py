@@ -229,10 +229,24 @@ def te_moe_requirements(cfg: Config) -> Iterator[Problem]:
         )
 
 
+# The MaxText keys that lead to the one ragged_dot call moe=te_gmm hands to TE (moekit.te_gmm).
+TE_GMM_PATH = {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": False, "te_moe_block": False}
+
+
 @check
 def te_gmm_requirements(cfg: Config) -> Iterator[Problem]:
+    if cfg.moe.backend != "te_gmm":
+        return
+    off_path = {k: v for k, v in cfg.maxtext.extra.items() if k in TE_GMM_PATH and v != TE_GMM_PATH[k]}
+    if off_path:
+        yield Problem(
+            "maxtext.extra",
+            f"{', '.join(f'{k}={v}' for k, v in off_path.items())} takes MaxText off the ragged_dot path that "
+            "moe=te_gmm hands to TE's grouped GEMM: its expert GEMMs would not run on TE",
+            f"drop {', '.join(f'maxtext.extra.{k}' for k in off_path)}, or choose the back end with moe=",
+        )
     hw = cfg.hardware
-    if cfg.moe.backend == "te_gmm" and (hw.platform != "gpu" or (hw.sm or 0) < 90):
+    if hw.platform != "gpu" or (hw.sm or 0) < 90:
         yield Problem(
             "moe",
             "moe=te_gmm runs MaxText's expert GEMMs on TransformerEngine's grouped GEMM: an NVIDIA GPU with "
