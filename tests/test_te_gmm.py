@@ -19,6 +19,7 @@ import pytest
 from conftest import compose, losses, moekit
 from moekit.config.checks import problems
 from moekit.errors import MoekitError
+from moekit.maxtext_validate import validate
 from moekit.observe import compare
 from moekit.te_gmm import BUCKETS_ENV, MODE_ENV, call_site, grouped, hook, preflight
 from moekit.translate.job import build
@@ -71,6 +72,13 @@ def test_composes_with_expert_parallelism_on_any_number_of_gpus(ep):
     assert env[BUCKETS_ENV] == str(1 if ep == 1 else 2 * ep)
     args = {a.key: a.value for a in maxtext_args(cfg, "/r", "/r/m")}
     assert args["use_ring_of_experts"] is False and args["ici_expert_parallelism"] == ep  # MaxText's ragged a2a
+
+
+@pytest.mark.parametrize("ep", [2, 4])  # EP 8 on 128 GPUs: ladder rung 1, in test_experiments.py
+def test_maxtext_accepts_the_expert_parallel_args(ep):
+    overrides = ["moe=te_gmm", f"cluster.gpus_per_node={ep}", f"parallelism.ici.expert={ep}", "parallelism.ici.fsdp=1"]
+    cfg = compose(PROXY, overrides)
+    validate([a.render() for a in maxtext_args(cfg, "/tmp/r", "/tmp/r/m.jsonl")], cfg.num_devices)
 
 
 # ---- config checks (before anything launches) ----
