@@ -49,7 +49,10 @@ def install_from_env(environ: dict[str, str]) -> bool:
     mode = environ.get(MODE_ENV)
     if not mode:
         return False
-    install(mode, int(environ.get(BUCKETS_ENV, "1") or "1"))
+    buckets = environ.get(BUCKETS_ENV, "1") or "1"
+    if not buckets.isdigit():
+        raise HookError(f"{BUCKETS_ENV}={buckets}: a positive number of row sizes")
+    install(mode, int(buckets))
     return True
 
 

@@ -27,7 +27,7 @@ TE_GMM_MODE: dict[str, str] = {"fp32": "te", "bf16": "te", "fp8": "te_fp8", "mxf
 
 def te_gmm_row_buckets(expert_parallelism: int) -> int:
     """Static row counts per expert GEMM: with EP the ragged receive buffer is up to EP x the routed rows, so
-    2 x EP sizes keep the rows computed within half a balanced load of the routed ones (te_gmm/grouped.py)."""
+    2 x EP sizes (at most 16) keep the rows computed, up to EP 8, within half a balanced load of the routed ones."""
     return 1 if expert_parallelism <= 1 else min(2 * expert_parallelism, 16)
 
 
