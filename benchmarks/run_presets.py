@@ -1,11 +1,14 @@
 """Run `moekit train experiment=<experiment>` for a set of presets, then record the results with provenance.
 
-    python benchmarks/run_presets.py --out DIR [--presets a,b] [--steps N] [--timeout-s S]
+    python benchmarks/run_presets.py --out DIR [--presets a,b] [--steps N] [--timeout-s S] [--append] [--profile a,b]
     python benchmarks/run_presets.py --record DIR/presets.json [MORE.json]   # table -> docs/performance.md
 
 Each preset is a real `moekit train` in DIR/<preset>/ (config, command, versions, metrics, summary). Peak
 device memory comes from benchmarks/peakmem (the allocator's high-water mark, read at exit). The loss check
-compares each preset's loss trajectory with REFERENCE's at the same tokens per step (moekit.tuning's gate).
+compares each preset's loss trajectory with REFERENCE's at the same tokens per step (moekit.tuning's gate);
+a quantized preset also reports its loss gap to its bf16 twin (BF16_TWIN) over the steps both ran.
+--profile traces PROFILE_STEPS steps near the end of the named presets with MaxText's profiler (xplane, under
+the run directory's tensorboard/ folder); --append adds to DIR/presets.json instead of starting it anew.
 """
 
 from __future__ import annotations
@@ -40,27 +43,65 @@ PRESETS: dict[str, tuple[list[str], str]] = {
     "te": (["moe=te"], "TransformerEngine MoE block: cuBLAS grouped GEMM, NCCL EP dispatch/combine"),
     "te_fp8": (["moe=te", "precision=fp8"], "TE MoE block + FP8 current scaling on the dense GEMMs"),
     "tokamax_fp8": (["precision=fp8"], "tokamax experts + TE FP8 current scaling on the dense GEMMs (needs TE)"),
+    "te_gmm": (
+        ["moe=te_gmm", "train.steps=50"],
+        "MaxText's sparse path, expert GEMMs on TE's grouped GEMM (cuBLAS), bf16; 50 steps: the FP8 row's twin",
+    ),
+    "te_gmm_fp8": (
+        ["moe=te_gmm", "precision=fp8", "train.steps=50"],
+        "moe=te_gmm + FP8 current scaling on the expert (TE grouped) and dense GEMMs; 50 steps",
+    ),
 }
+# A quantized preset -> the bf16 preset of the same path: its loss gap is reported (it changes the arithmetic).
+BF16_TWIN = {"te_gmm_fp8": "te_gmm", "tokamax_fp8": "tokamax", "te_fp8": "te"}
+PROFILE_STEPS = 2
+PROFILER_KEYS = ("maxtext.extra.profiler", "maxtext.extra.skip_first_n_steps_for_profiler")
 MARK_BEGIN, MARK_END = "<!-- BEGIN presets (benchmarks/run_presets.py --record) -->", "<!-- END presets -->"
 
 
-def run(out: Path, names: list[str], steps: int, timeout_s: float, experiment: str) -> Path:
+def profiled(overrides: list[str], steps: int) -> list[str]:
+    """The overrides plus MaxText's profiler on PROFILE_STEPS steps just before the last two of `steps`."""
+    start = steps - PROFILE_STEPS - 2
+    if start < 2:
+        raise ValueError(f"{steps} steps leave no steady window of {PROFILE_STEPS} steps to profile")
+    return [
+        *overrides,
+        "maxtext.extra.profiler=xplane",
+        f"maxtext.extra.skip_first_n_steps_for_profiler={start}",
+        f"maxtext.extra.profiler_steps={PROFILE_STEPS}",
+    ]
+
+
+def run(
+    out: Path,
+    names: list[str],
+    steps: int,
+    timeout_s: float,
+    experiment: str,
+    append: bool = False,
+    profile: frozenset[str] = frozenset(),
+) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     plans = {}
     for name in names:  # every preset must compose and pass moekit's checks before any runs
         overrides = [f"experiment={experiment}", f"train.steps={steps}", *PRESETS[name][0]]
+        cfg = ensure_valid(compose(overrides))
+        if name in profile:
+            overrides = profiled(overrides, cfg.train.steps)
         plans[name] = (overrides, ensure_valid(compose(overrides)).to_dict())
     env = {
         "MOEKIT_RECORD_PEAK_MEMORY": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO / "benchmarks" / "peakmem"), os.environ.get("PYTHONPATH", "")]),
     }
+    path = out / "presets.json"
     results = {
         "experiment": experiment,
         "reference": REFERENCE,
         "started": datetime.now(UTC).isoformat(),
         "presets": {},
     }
-    path = out / "presets.json"
+    if append and path.is_file():
+        results = merged([path]) | {"experiment": experiment}
     for name, (overrides, cfg) in plans.items():
         print(f"== {name}: moekit train {' '.join(overrides)}", flush=True)
         r = trial.run(overrides, out / name, timeout_s, env)
@@ -96,6 +137,25 @@ def loss_checks(results: dict) -> dict[str, str]:
     return out
 
 
+def loss_gaps(results: dict) -> list[str]:
+    """One line per quantized preset whose bf16 twin ran: how far its losses are from the twin's."""
+    presets, lines = results["presets"], []
+    for name, twin in BF16_TWIN.items():
+        q, b = presets.get(name, {}), presets.get(twin, {})
+        if not q.get("losses") or not b.get("losses") or q.get("batch") != b.get("batch"):
+            continue
+        n = min(len(q["losses"]), len(b["losses"]))
+        diffs = [qi - bi for qi, bi in zip(q["losses"][:n], b["losses"][:n], strict=True)]
+        last = diffs[-min(10, n) :]
+        lines.append(
+            f"- `{name}` vs its bf16 twin `{twin}` over {n} steps: final loss {q['losses'][n - 1]:.4f} vs "
+            f"{b['losses'][n - 1]:.4f} ({diffs[-1]:+.4f}, {diffs[-1] / b['losses'][n - 1]:+.2%}); max |gap| "
+            f"{max(map(abs, diffs)):.4f} (step {max(range(n), key=lambda i: abs(diffs[i])) + 1}); mean gap over the "
+            f"last {len(last)} steps {sum(last) / len(last):+.4f}"
+        )
+    return lines
+
+
 def table(results: dict) -> str:
     presets = results["presets"]
     any_ok = next((r for r in presets.values() if r.get("versions")), {})
@@ -128,15 +188,21 @@ def table(results: dict) -> str:
         return "-" if x is None else format(x, fmt)
 
     for name, r in presets.items():
-        ov = " ".join(o for o in r["overrides"] if not o.startswith(("experiment=", "train.steps=")))
+        hidden = ("experiment=", "train.steps=", *PROFILER_KEYS)
+        ov = " ".join(o for o in r["overrides"] if not o.startswith(hidden))
+        is_traced = any(o.startswith(PROFILER_KEYS) for o in r["overrides"])
+        traced = f" (+ {PROFILE_STEPS} steps traced)" if is_traced else ""
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('error', '')[:80]}"
         loss = r.get("losses") or [None]
         lines.append(
-            f"| {name} | `{ov or '-'}` | {status} | {f(r.get('step_time_s'), '.3f')} "
+            f"| {name} | `{ov or '-'}`{traced} | {status} | {f(r.get('step_time_s'), '.3f')} "
             f"| {f(r.get('tflops_per_device'), '.1f')} | {f(r.get('mfu_bf16'), '.1%')} "
             f"| {f(r.get('tokens_per_s_per_device'), '.0f')} | {f(r.get('peak_memory_gib'), '.1f')} "
             f"| {f(r.get('compiled_estimate_gib'), '.1f')} | {checks[name]} | {f(loss[-1], '.4f')} |"
         )
+    gaps = loss_gaps(results)
+    if gaps:
+        lines += ["", "Loss gap of each quantized preset to bf16 (same path, tokens/step, seed and data):", *gaps]
     return "\n".join(lines)
 
 
@@ -167,6 +233,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--timeout-s", type=float, default=180, help="per preset")
     p.add_argument("--experiment", default=EXPERIMENT)
+    p.add_argument("--append", action="store_true", help="add to DIR/presets.json (a later call of one session)")
+    p.add_argument("--profile", default="", help=f"comma list of presets to trace ({PROFILE_STEPS} steps, xplane)")
     p.add_argument("--record", type=Path, nargs="+", help="presets.json file(s) of one session to render into --doc")
     p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
     a = p.parse_args()
@@ -174,10 +242,11 @@ def main() -> int:
         record(a.record, a.doc)
         return 0
     names = [n for n in a.presets.split(",") if n]
-    unknown = [n for n in names if n not in PRESETS]
+    profile = frozenset(n for n in a.profile.split(",") if n)
+    unknown = [n for n in [*names, *profile] if n not in PRESETS]
     if unknown or not a.out:
         p.error(f"unknown presets {unknown}" if unknown else "--out is required to run")
-    path = run(a.out, names, a.steps, a.timeout_s, a.experiment)
+    path = run(a.out, names, a.steps, a.timeout_s, a.experiment, a.append, profile)
     print(table(json.loads(path.read_text())))
     return 0
 

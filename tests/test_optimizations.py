@@ -147,6 +147,8 @@ def test_ladder_ends_at_dsv3_blog_and_sweeps_in_blog_order():
 BASE = "dsv3_baseline"  # GB300, 32 x 4 GPUs, EP 8: every toggle is valid on it
 TOGGLES = [  # overrides, MaxText keys that change, XLA flags that change, env vars that change
     (["moe=tokamax"], {"use_tokamax_gmm"}, set(), set()),
+    (["moe=te_gmm"], set(), set(), {"MOEKIT_RAGGED_DOT", "MOEKIT_RAGGED_DOT_BUCKETS"}),  # MaxText's path, TE's GEMM
+    (["moe=te_gmm", "precision=fp8"], {"quantization"}, set(), {"MOEKIT_RAGGED_DOT", "MOEKIT_RAGGED_DOT_BUCKETS"}),
     (
         ["moe=te"],
         {

@@ -1,9 +1,12 @@
 #!/bin/bash
 # One batch of moekit measurements on an H200 machine that has jax (CUDA) but none of moekit's other
 # dependencies: install the carried wheels, then run the named phases in order, each bounded by `timeout`,
-# writing under $OUT as soon as each finishes (at most 8 files come back: phases tar their run folders).
+# writing under $OUT as soon as each finishes. At most 8 files come back: phases tar their run folders, and
+# at exit the phases' text logs go into logs.tgz (steps.log stays beside it).
 #   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
 #   bash benchmarks/h200/run.sh te gmm presets:te,tokamax verify:<args file>   (te: benchmarks/te_h200/README.md)
+#   DEADLINE_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm,dense trace:te_gmm verify:<args file>
+# DEADLINE_S: a phase that would start with less than 45 s left is skipped, and none runs past the deadline.
 # Needs: .whl/ (git-ignored, carried): the wheels of benchmarks/h200/wheels.txt (benchmarks/h200/README.md says how
 # to get them); benchmarks/h200/stubs/ holds the xprof stand-in tokamax imports.
 set -u
@@ -11,6 +14,10 @@ export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 T0=$SECONDS
 log() { echo "[$((SECONDS - T0))s] $*" | tee -a "$OUT/steps.log"; }
+pack_logs() { (cd "$OUT" && ls ./*.txt >/dev/null 2>&1 && tar czf logs.tgz ./*.txt && rm -f ./*.txt); }
+trap pack_logs EXIT
+# min(the phase's own bound, the time left before DEADLINE_S)
+bound() { local left=$(( ${DEADLINE_S:-100000} - (SECONDS - T0) )); echo $(( $1 < left ? $1 : left )); }
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     >/dev/null 2>&1 || { log "wheel install failed"; exit 1; }
@@ -21,11 +28,12 @@ fi
 export PYTHONPATH=/tmp/site:$PWD/benchmarks/h200/stubs:$PWD/src
 MOEKIT="python3 -m moekit"
 bench_gmm() {  # back ends, skews, log file under $OUT
-  timeout ${GMM_TIMEOUT:-110} $MOEKIT bench gmm --backends "$1" --skews "$2" --out "$OUT/gmm.json" > "$OUT/$3" 2>&1
+  timeout "$(bound "${GMM_TIMEOUT:-110}")" $MOEKIT bench gmm --backends "$1" --skews "$2" --out "$OUT/gmm.json" > "$OUT/$3" 2>&1
   log "bench gmm rc=$?"
 }
 for phase in "$@"; do
   name=${phase%%:*}; arg=${phase#*:}; [ "$arg" = "$phase" ] && arg=""
+  if [ "$(bound 100000)" -lt 45 ]; then log "phase $name $arg skipped: DEADLINE_S=$DEADLINE_S reached"; continue; fi
   log "phase $name $arg"
   case $name in
     preflight)
@@ -40,16 +48,20 @@ for phase in "$@"; do
       # TransformerEngine from benchmarks/te_h200/build.sh's parts (staged by earlier calls). TE's NCCL EP
       # needs NCCL >= 2.30.4. XLA and TE must share one libnccl.so.2: the image's copy becomes a link to the
       # newer one (one file, so the loader maps it once), which is also where TE's core library finds it.
-      bash benchmarks/te_h200/stage.sh > "$OUT/te.txt" 2>&1 || { log "te not staged"; cat "$OUT/te.txt"; exit 1; }
+      # $arg: the pack folder (default .te, the full pack; .te_gmm: grouped GEMM only, the machine's NCCL)
+      bash benchmarks/te_h200/stage.sh "${arg:-.te}" > "$OUT/te.txt" 2>&1 || { log "te not staged"; cat "$OUT/te.txt"; exit 1; }
       # The image's pip NVIDIA libraries, the ones jax loads.
       nv=$(python3 -c "import glob,sys; print(next(g for d in sys.path if d and not d.startswith('/tmp') for g in glob.glob(d+'/nvidia')))")
       new=/tmp/te_site/nvidia/nccl/lib/libnccl.so.2
-      echo "linking $nv/nccl/lib/libnccl.so.2 -> $new" >> "$OUT/te.txt"; ln -sf "$new" "$nv/nccl/lib/libnccl.so.2"
+      if [ -f "$new" ]; then  # the full pack brings NCCL 2.30.7 for NCCL EP
+        echo "linking $nv/nccl/lib/libnccl.so.2 -> $new" >> "$OUT/te.txt"; ln -sf "$new" "$nv/nccl/lib/libnccl.so.2"
+        export LD_LIBRARY_PATH=/tmp/te_site/nvidia/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      fi
       python3 benchmarks/te_h200/grouped_gemm_v1.py /tmp/te_site >> "$OUT/te.txt" 2>&1
       # TE's core library must resolve cuDNN/cuBLAS to the copies jax loads (pip's), not the older cuDNN in /lib:
       # mixing them fails with undefined cuDNN symbols. TE also loads cuDNN from CUDNN_HOME first.
       export CUDNN_HOME=$nv/cudnn PYTHONPATH=/tmp/te_site:$PYTHONPATH
-      export LD_LIBRARY_PATH=/tmp/te_site/nvidia/nccl/lib:$nv/cudnn/lib:$nv/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      export LD_LIBRARY_PATH=$nv/cudnn/lib:$nv/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
       NCCL_DEBUG=VERSION timeout 120 python3 -c "
 import sys, jax, jax.numpy as jnp
 jax.devices()  # the backend (and its cuDNN) first, as in training
@@ -62,11 +74,13 @@ print('te', transformer_engine.__version__, 'cudnn', ext.get_cudnn_version(), 'n
       'nccl_ep', transformer_engine.is_nccl_ep_available(), 'jax', jax.__version__, jax.devices())
 x = jnp.ones((256, 128), jnp.bfloat16); w = jnp.ones((4, 128, 64), jnp.bfloat16)
 print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32)).sum())
-" >> "$OUT/te.txt" 2>&1; rc=$?; log "te import rc=$rc"; [ $rc = 0 ] || { tail -30 "$OUT/te.txt"; exit 1; } ;;
+" >> "$OUT/te.txt" 2>&1; rc=$?; log "te import rc=$rc"; [ $rc = 0 ] || { tail -30 "$OUT/te.txt"; exit 1; }
+      # moe=te_gmm's grouped GEMM (bf16 and FP8, forward and gradients) against XLA's ragged_dot, before any training.
+      timeout 240 python3 benchmarks/te_h200/check_te_gmm.py >> "$OUT/te.txt" 2>&1; log "te_gmm check rc=$?" ;;
     verify)
       # $arg: a file of `moekit verify` arguments, one per line
       mapfile -t vargs < "$arg"
-      timeout -s INT ${VERIFY_TIMEOUT:-300} $MOEKIT verify "${vargs[@]}" --out /tmp/verify > "$OUT/verify.txt" 2>&1; log "verify rc=$?"
+      timeout -s INT "$(bound "${VERIFY_TIMEOUT:-300}")" $MOEKIT verify "${vargs[@]}" --out /tmp/verify > "$OUT/verify.txt" 2>&1; log "verify rc=$?"
       cp /tmp/verify/verify.json "$OUT/" 2>/dev/null ;;
     gmm)
       bench_gmm "${GMM_BACKENDS:-tokamax,te}" "${GMM_SKEWS:-balanced,dirichlet:1.0}" gmm.txt ;;
@@ -74,10 +88,23 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
       bench_gmm tokamax,tokamax_triton,te balanced,dirichlet:1.0,dirichlet:0.3 micro.txt
       timeout ${DISPATCH_TIMEOUT:-60} $MOEKIT bench dispatch --out "$OUT/dispatch.json" >> "$OUT/micro.txt" 2>&1; log "bench dispatch rc=$?" ;;
     presets)
-      timeout -s INT ${PRESETS_TIMEOUT:-540} python3 benchmarks/run_presets.py --out /tmp/presets --presets "$arg" \
-        --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/presets.txt" 2>&1; log "presets rc=$?"
+      # One /tmp/presets/presets.json per session: later phases (and calls) add their presets to it.
+      timeout -s INT "$(bound "${PRESETS_TIMEOUT:-540}")" python3 benchmarks/run_presets.py --out /tmp/presets \
+        --presets "$arg" --append --profile "${PRESETS_PROFILE:-}" --steps ${STEPS:-10} \
+        --timeout-s ${PRESET_TIMEOUT_S:-150} >> "$OUT/presets.txt" 2>&1; log "presets rc=$?"
       cp /tmp/presets/presets.json "$OUT/" 2>/dev/null
-      tar czf "$OUT/presets_runs.tgz" -C /tmp presets 2>/dev/null ;;
+      tar czf "$OUT/presets_runs.tgz" --exclude='*.xplane.pb' -C /tmp presets 2>/dev/null ;;
+    trace)
+      # $arg: a preset run with PRESETS_PROFILE=$arg: device time by scope (moekit's grouped GEMM, MaxText's sort
+      # and combine), and the trace itself, compressed, when it fits what comes back.
+      # 3 MoE layers x 12 expert GEMMs (3 forward, 3 recomputed by remat, 6 backward) x 2*196608*7168*2048 FLOP.
+      timeout 120 python3 benchmarks/h200/trace_summary.py "/tmp/presets/$arg" --steps 2 \
+        --gemm-tflop-per-step "${GEMM_TFLOP_PER_STEP:-207.8}" --out "$OUT/trace_$arg.json" > "$OUT/trace.txt" 2>&1
+      log "trace rc=$?"
+      x=$(find "/tmp/presets/$arg" -name '*.xplane.pb' | head -1)
+      if [ -n "$x" ]; then gzip -c "$x" > "$OUT/$arg.xplane.pb.gz"
+        [ "$(stat -c %s "$OUT/$arg.xplane.pb.gz")" -lt 15000000 ] || { rm "$OUT/$arg.xplane.pb.gz"; log "trace over 15 MB: kept on the machine"; }
+      fi ;;
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"

@@ -14,6 +14,7 @@ import signal
 import sys
 
 from moekit import rendezvous as rz
+from moekit import te_gmm
 from moekit.failures import JOINED, JOINING
 from moekit.redact import is_secret_name
 
@@ -90,6 +91,13 @@ def main() -> None:
     die_with_parent(dict(os.environ))
     join(dict(os.environ))
     keep_secrets_out_of_tensorboard()
+    if os.environ.get(te_gmm.MODE_ENV):  # moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM
+        from moekit.te_gmm import hook
+
+        try:
+            hook.install_from_env(dict(os.environ))
+        except hook.HookError as exc:
+            raise SystemExit(f"moekit: {exc}") from None
     sys.argv = [module, *sys.argv[2:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 

@@ -1,8 +1,10 @@
 """Token dispatch/combine microbenchmark on one device: the permutation around the expert GEMMs.
 
 Dispatch: router top-k, a stable sort of token copies by expert, the gather into expert order and the
-group sizes. Combine: the weighted return of expert outputs to token order, two ways: scatter-add (what
-MaxText's sparse path does) and gather-by-inverse-permutation then a sum over top-k (no atomics).
+group sizes. Combine: the weighted return of expert outputs to token order, two ways: scatter-add (what the
+transpose of a plain gather gives) and gather by the inverse permutation (an argsort of the sort order), then a
+weighted sum over top-k. The second is what MaxText 0.2.5's sparse path does (moe.py `unpermute`: its custom-VJP
+sort and an einsum over top-k; the backward is a gather too, with use_custom_sort_vjp=true, MaxText's default).
 The result is set against one grouped GEMM of the same layer (hidden -> expert FFN).
 """
 

@@ -24,6 +24,7 @@ from moekit.config.compose import compose
 from moekit.config.schema import Config
 from moekit.errors import MoekitError
 from moekit.observe import metrics, progress, summary
+from moekit.te_gmm import preflight as te_gmm_preflight
 from moekit.translate import job as jobmod
 from moekit.translate.env import EnvVar
 from moekit.translate.maxtext_args import Arg
@@ -214,6 +215,7 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     ensure_port_free(cfg)
     ensure_gpus_present(cfg, Path("/dev"))
     ensure_te_present(cfg)
+    te_gmm_preflight.ensure_ready(cfg)
     node = int(procs[0].get(rz.PROCESS_ID, 0)) // cfg.cluster.processes_per_node
     root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), node)
     with attempts.locked(run):

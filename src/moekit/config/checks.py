@@ -151,7 +151,7 @@ def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
             "moe",
             "moe=megablox is MaxText's TPU Pallas kernel; on GPU it runs in interpret mode "
             "(measured 31 TFLOP/s/device vs 278 for moe=tokamax on one H200, MaxText 0.2.5, 2026-12-02)",
-            "use moe=tokamax (or moe=te on the NGC image); moe.force=true runs it anyway",
+            "use moe=te_gmm or moe=tokamax (or moe=te on the NGC image); moe.force=true runs it anyway",
         )
 
 
@@ -236,6 +236,33 @@ def te_moe_requirements(cfg: Config) -> Iterator[Problem]:
         )
 
 
+# The MaxText keys that lead to the one ragged_dot call moe=te_gmm hands to TE (moekit.te_gmm).
+TE_GMM_PATH = {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": False, "te_moe_block": False}
+
+
+@check
+def te_gmm_requirements(cfg: Config) -> Iterator[Problem]:
+    if cfg.moe.backend != "te_gmm":
+        return
+    off_path = {k: v for k, v in cfg.maxtext.extra.items() if k in TE_GMM_PATH and v != TE_GMM_PATH[k]}
+    if off_path:
+        yield Problem(
+            "maxtext.extra",
+            f"{', '.join(f'{k}={v}' for k, v in off_path.items())} takes MaxText off the ragged_dot path that "
+            "moe=te_gmm hands to TE's grouped GEMM: its expert GEMMs would not run on TE",
+            f"drop {', '.join(f'maxtext.extra.{k}' for k in off_path)}, or choose the back end with moe=",
+        )
+    hw = cfg.hardware
+    if hw.platform != "gpu" or (hw.sm or 0) < 90:
+        yield Problem(
+            "moe",
+            "moe=te_gmm runs MaxText's expert GEMMs on TransformerEngine's grouped GEMM: an NVIDIA GPU with "
+            f"SM >= 90; hardware={hw.name} is not one",
+            "moe=ragged_dot (the same MaxText path with XLA's ragged_dot; runs anywhere), moe=tokamax (GPU), or "
+            "hardware=h100|h200|b200|gb200|gb300",
+        )
+
+
 @check
 def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
     moe, ep = cfg.moe, expert_parallel_size(cfg)
@@ -251,7 +278,7 @@ def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
             "ring of experts passes tokens around the expert-parallel ranks, but expert parallelism is 1",
             "set parallelism.ici.expert (or parallelism.dcn.expert) above 1, or moe.dispatch=ragged_all_to_all",
         )
-    grouped = moe.backend in ("tokamax", "ragged_dot", "megablox")
+    grouped = moe.backend in ("te_gmm", "tokamax", "ragged_dot", "megablox")
     if moe.dispatch == "ring" and not grouped and moe.backend != "te":  # te: te_moe_requirements says it
         yield Problem(
             "moe.dispatch",

@@ -137,7 +137,7 @@ class Model(Section):
 
 
 class Moe(Section):
-    backend: Literal["te", "tokamax", "ragged_dot", "dense", "capacity", "megablox"]
+    backend: Literal["te", "te_gmm", "tokamax", "ragged_dot", "dense", "capacity", "megablox"]
     """Routed-expert compute path; see docs/optimizations.md."""
     capacity_factor: float = -1.0
     """Expert capacity as a multiple of the balanced load; <= 0 means dropless."""

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from moekit.config.checks import expert_parallel_size
 from moekit.config.schema import Config, Scalar
+from moekit.te_gmm import BUCKETS_ENV, MODE_ENV
 from moekit.translate.xla_flags import xla_flags
 
 # model.attention -> env: TE's cuDNN fused attention is off unless NVTE_FUSED_ATTN=1 (the blog sets it).
@@ -16,6 +18,17 @@ ATTENTION_ENV: dict[str, dict[str, str]] = {"cudnn_flash_te": {"NVTE_FUSED_ATTN"
 
 # moe.dispatch=nccl_ep across nodes: NCCL EP's GPU-initiated networking type (the blog's multi-node setting).
 NCCL_EP_MULTI_NODE_ENV: dict[str, str] = {"NCCL_GIN_TYPE": "3"}
+
+# moe=te_gmm, by precision -> the grouped GEMM the worker puts behind MaxText's ragged_dot (te_gmm/hook.py). Only
+# precision=fp8 quantizes the expert GEMMs (TE's FP8 current scaling); MXFP8 expert GEMMs come with moe=te only, so
+# precision=mxfp8 keeps them in bf16 here, as every back end but te does.
+TE_GMM_MODE: dict[str, str] = {"fp32": "te", "bf16": "te", "fp8": "te_fp8", "mxfp8": "te"}
+
+
+def te_gmm_row_buckets(expert_parallelism: int) -> int:
+    """Static row counts per expert GEMM: with EP the ragged receive buffer is up to EP x the routed rows, so
+    2 x EP sizes (at most 16) keep the rows computed, up to EP 8, within half a balanced load of the routed ones."""
+    return 1 if expert_parallelism <= 1 else min(2 * expert_parallelism, 16)
 
 
 class EnvVar(NamedTuple):
@@ -44,6 +57,11 @@ def env_vars(cfg: Config) -> list[EnvVar]:
     put(f"xla={cfg.xla.name}", cfg.xla.env)
     if cfg.model.attention in ATTENTION_ENV:
         put(f"model.attention={cfg.model.attention}", ATTENTION_ENV[cfg.model.attention])
+    if cfg.moe.backend == "te_gmm":
+        precision = cfg.precision.name
+        put(f"moe=te_gmm, precision={precision} (expert GEMMs)", {MODE_ENV: TE_GMM_MODE[precision]})
+        ep = expert_parallel_size(cfg)
+        put(f"moe=te_gmm, expert parallelism {ep}", {BUCKETS_ENV: te_gmm_row_buckets(ep)})
     if cfg.moe.dispatch == "nccl_ep" and cfg.cluster.nodes > 1:
         put("moe.dispatch=nccl_ep (multi-node)", NCCL_EP_MULTI_NODE_ENV)
     put(f"network={cfg.network.name}", cfg.network.env)

@@ -22,6 +22,8 @@ TRAIN_MODULE = "maxtext.trainers.pre_train.train"
 MOE_KEYS: dict[str, dict[str, Scalar]] = {
     # TE's block needs the fused gate/up weight layout (MaxText refuses te_moe_block without prefuse_moe_weights).
     "te": {"sparse_matmul": True, "megablox": False, "te_moe_block": True, "prefuse_moe_weights": True},
+    # MaxText's own jax.lax.ragged_dot path; moekit's worker hands that call to TE's grouped GEMM (env.py).
+    "te_gmm": {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": False},
     "tokamax": {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": True},
     "ragged_dot": {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": False},
     "dense": {"sparse_matmul": False},
