@@ -23,7 +23,7 @@ from moekit.config.checks import ensure_valid
 from moekit.config.compose import compose
 from moekit.config.schema import Config
 from moekit.errors import MoekitError
-from moekit.observe import metrics, progress, summary
+from moekit.observe import metrics, profile, progress, summary
 from moekit.translate import job as jobmod
 from moekit.translate.env import EnvVar
 from moekit.translate.maxtext_args import Arg
@@ -324,6 +324,9 @@ def _run(
     rundir.write_json(run / rundir.MANIFEST, {**base, **status, "attempts": [*history, this]})
     if summ.get("steps"):
         print(summary.format_summary(summ, cfg.hardware.name, cfg.hardware.peak_source))
+    if cfg.profile.enabled:
+        first = cfg.profile.skip_steps + (resume_step or 0)
+        print(profile.report_run(run, first, cfg.profile.steps, record["provenance"]))
     if failure is None:
         print(f"moekit: run directory {run}")
         return 0
