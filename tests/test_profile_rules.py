@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import REPO
 from moekit.observe import breakdown, profile
 from moekit.observe.profile_rules import BUCKETS, RULES, Op, classify, is_container
 from moekit.observe.trace import Event
@@ -38,7 +39,8 @@ CASES = [
         "offload",
         Op(kernel="MemcpyD2H", hlo_op="copy-start.4", details="kind_src:device kind_dst:pinned"),
     ),
-    ("host-offload", "offload", Op(kernel="MemcpyH2D", hlo_op="")),
+    ("host-offload", "offload", Op(hlo_op="copy-done.4", opcode="copy-done")),
+    ("runtime-copies", "host_copy", Op(kernel="MemcpyD2H", hlo_op="")),
     ("maxtext-frames", "grouped_gemm", Op(kernel="ynn_fusion.3", hlo_op="ynn_fusion.3", opcode="fusion", frames=GMM)),
     ("maxtext-frames", "dispatch", Op(hlo_op="gather_fusion.1", opcode="fusion", frames=SORT_IN_PERMUTE)),
     ("maxtext-frames", "combine", Op(hlo_op="gather_fusion.2", opcode="fusion", frames=SORT_IN_UNPERMUTE)),
@@ -100,6 +102,11 @@ def test_rule_claims_its_case(rule, bucket, op):
 def test_every_rule_has_a_case():
     assert {r.id for r in RULES} | {"unclaimed"} == {c[0] for c in CASES}
     assert {b for b, _, _ in BUCKETS} >= {c[1] for c in CASES}
+
+
+def test_docs_list_every_rule():
+    text = (REPO / "docs" / "profiling.md").read_text()
+    assert [r.id for r in RULES if f"| `{r.id}` |" not in text] == []
 
 
 def test_containers_are_control_flow():

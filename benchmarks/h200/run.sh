@@ -4,6 +4,7 @@
 # writing under $OUT as soon as each finishes (at most 8 files come back: phases tar their run folders).
 #   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
 #   bash benchmarks/h200/run.sh te gmm presets:te,tokamax verify:<args file>   (te: benchmarks/te_h200/README.md)
+#   bash benchmarks/h200/run.sh profile:tokamax,dense   profile:te_gmm:moe=te_gmm   (step-time breakdowns)
 # Needs: .whl/ (wheels of ../shared/device/h200-wheels.txt + hydra-core 1.3.0 + antlr4 4.9.3) and
 # .whl/stubs/ (the xprof stub tokamax imports), both git-ignored and carried.
 set -u
@@ -77,6 +78,19 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
         --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/presets.txt" 2>&1; log "presets rc=$?"
       cp /tmp/presets/presets.json "$OUT/" 2>/dev/null
       tar czf "$OUT/presets_runs.tgz" -C /tmp presets 2>/dev/null ;;
+    profile)
+      # $arg: presets to train with profile=on (names from run_presets.py, or NAME:OVERRIDE+OVERRIDE). The first
+      # one is also trained untraced (PROFILE_BASELINE= for none, or another name): the overhead reference.
+      base=${PROFILE_BASELINE-${arg%%,*}}
+      timeout -s INT ${PROFILE_TIMEOUT:-560} python3 benchmarks/run_presets.py --out /tmp/profile --presets "$arg" \
+        --profile ${base:+--baseline "$base"} --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-240} \
+        > "$OUT/profile.txt" 2>&1; log "profile rc=$?"
+      cp /tmp/profile/presets.json "$OUT/profiles.json" 2>/dev/null
+      for f in /tmp/profile/*/profile.json; do [ -f "$f" ] && cp "$f" "$OUT/profile_$(basename "$(dirname "$f")").json"; done
+      # Small files only: the raw traces and HLO dumps (profile/) and TensorBoard events stay on the machine.
+      tar czf "$OUT/profile_runs.tgz" -C /tmp --exclude='*/profile/trace' --exclude='*/profile/hlo' \
+        --exclude='*/tensorboard' profile 2>/dev/null
+      du -sh /tmp/profile/*/profile/* >> "$OUT/profile.txt" 2>&1 ;;
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"

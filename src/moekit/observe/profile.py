@@ -8,6 +8,7 @@ docs/profiling.md explains the buckets, the rules and how CPU and GPU traces dif
 from __future__ import annotations
 
 import re
+import statistics
 import time
 import warnings
 from collections import defaultdict
@@ -16,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.observe import breakdown, hlo, metrics, trace
+from moekit.observe import breakdown, hlo, metrics, summary, trace
 from moekit.observe.profile_rules import BUCKETS, KIND, Op, classify, is_container
 from moekit.observe.trace import Event
 
 TRACE_DIR = "trace"
 HLO_DIR = "hlo"
 _PROCESS = re.compile(r"^process_(\d+)$")
+TOP_OPS = 25  # the largest operations with their bucket and rule: what to check a new platform's rules against
 TOP_UNCLAIMED = 12
 
 
@@ -92,25 +94,22 @@ def device_breakdown(
     module = max(busy, key=busy.get) if busy else ""
     groups, how = executions([e for e in events if e.module == module], expected)
     groups = [g for g in groups if g]
-    cache: dict[tuple[str, str, str], tuple[str, str, bool]] = {}
+    cache: dict[tuple[str, str, str], tuple[str, str, bool, str]] = {}
     per_line: dict[str, list[tuple[float, float, str, str]]] = defaultdict(list)
     rule_time: dict[str, float] = defaultdict(float)
-    unclaimed: dict[tuple[str, str], float] = defaultdict(float)
+    census: dict[tuple[str, str], list] = {}  # (op, bucket) -> [kernel, rule, op_name, seconds]
     for e in events:
         key = (e.module, e.hlo_op, e.name)
         if key not in cache:
             op = _op(e, tables.get(e.module, {}))
-            bucket, rule = classify(op)
-            cache[key] = (bucket, rule, is_container(op))
-            if rule == "unclaimed":
-                cache[key] = (bucket, f"unclaimed:{op.op_name.rsplit('/', 1)[-1] or op.opcode or '?'}", cache[key][2])
-        bucket, rule, container = cache[key]
-        kind = "container" if container else KIND[bucket]
-        per_line[e.line].append((e.start_ns, e.end_ns, bucket, kind))
-        if not container:
-            rule_time[rule.split(":")[0]] += e.end_ns - e.start_ns
-            if rule.startswith("unclaimed"):
-                unclaimed[(e.hlo_op or e.name, rule.split(":", 1)[1])] += e.end_ns - e.start_ns
+            cache[key] = (*classify(op), is_container(op), op.op_name)
+        bucket, rule, container, op_name = cache[key]
+        per_line[e.line].append((e.start_ns, e.end_ns, bucket, "container" if container else KIND[bucket]))
+        if container:
+            continue
+        rule_time[rule] += e.end_ns - e.start_ns
+        entry = census.setdefault((e.hlo_op or e.name, bucket), [e.name, rule, op_name, 0.0])
+        entry[3] += e.end_ns - e.start_ns
     spans = [s for line in per_line.values() for s in breakdown.exclusive(line)]
     starts = [min(e.start_ns for e in g) for g in groups]
     steps = []
@@ -123,16 +122,29 @@ def device_breakdown(
         label = first_step + i if how != "whole window" else f"{first_step}..{first_step + expected - 1} (mean)"
         steps.append({"step": label, "ends_at_next_step": not last, **one})
     total = sum(rule_time.values()) or 1.0
-    top = sorted(unclaimed.items(), key=lambda kv: -kv[1])[:TOP_UNCLAIMED]
+
+    def listed(items) -> list[dict[str, Any]]:
+        return [
+            {
+                "op": op,
+                "kernel": kernel[:100],
+                "bucket": bucket,
+                "rule": rule,
+                "op_name": op_name[-100:],
+                "share_of_kernel_time": round(t / total, 4),
+            }
+            for (op, bucket), (kernel, rule, op_name, t) in items
+        ]
+
+    ranked = sorted(census.items(), key=lambda kv: -kv[1][3])
     return {
         "module": module,
         "segmentation": how,
         "steps": steps,
         "mean": breakdown.mean(steps),
         "rule_share_of_kernel_time": {r: round(t / total, 4) for r, t in sorted(rule_time.items(), key=_by_time)},
-        "largest_unclaimed": [
-            {"op": op, "op_name_tail": name, "kernel_s": round(t * breakdown.NS, 6)} for (op, name), t in top
-        ],
+        "largest_ops": listed(ranked[:TOP_OPS]),
+        "largest_unclaimed": listed([kv for kv in ranked if kv[1][1] == "unclaimed"][:TOP_UNCLAIMED]),
     }
 
 
@@ -200,6 +212,25 @@ def metric_step_times(rows: Sequence[dict]) -> dict[int, float]:
     return out
 
 
+def maxtext_step_times(rows: Sequence[dict], first_step: int, expected: int) -> dict[str, Any]:
+    """MaxText's step times (host clock) inside and outside the traced window: the profiling overhead's evidence.
+
+    Untraced steps are the steady ones (after summary.warmup_steps) that neither start the trace (the first traced
+    step's time includes starting it) nor follow it (the step after the window includes writing the trace).
+    """
+    times = metric_step_times(rows)
+    steps = sorted(times)
+    skip = summary.warmup_steps([times[s] for s in steps])
+    traced = [s for s in steps if first_step < s < first_step + expected]
+    untraced = [s for s in steps[skip:] if s < first_step or s > first_step + expected]
+    return {
+        "traced_steps": traced,
+        "traced_median_s": statistics.median(times[s] for s in traced) if traced else None,
+        "untraced_steps": untraced,
+        "untraced_median_s": statistics.median(times[s] for s in untraced) if untraced else None,
+    }
+
+
 def format_breakdown(profile: dict[str, Any]) -> str:
     """The mean step of every device as the end-of-run summary shows it (ms and share of the step)."""
     mean = profile.get("mean") or {}
@@ -233,7 +264,11 @@ def _pct(v: float | None) -> str:
 def write(run: Path, first_step: int, expected: int, provenance: dict) -> dict[str, Any]:
     """Analyze the run's traces and write profile.json (with the run's provenance); returns what it wrote."""
     rows = metrics.read(run / rundir.METRICS).rows if (run / rundir.METRICS).is_file() else []
-    profile = {"provenance": provenance, **analyze(run, first_step, expected, metric_step_times(rows))}
+    profile = {
+        "provenance": provenance,
+        **analyze(run, first_step, expected, metric_step_times(rows)),
+        "maxtext_step_time": maxtext_step_times(rows, first_step, expected),
+    }
     rundir.write_json(run / rundir.PROFILE, profile)
     return profile
 

@@ -26,6 +26,7 @@ BUCKETS: tuple[tuple[str, str, str], ...] = (
     ("collective_permute", "collective-permute / send-recv", "collective"),
     ("nccl_ep", "NCCL EP dispatch/combine", "collective"),
     ("offload", "host offload transfers", "transfer"),
+    ("host_copy", "runtime host copies", "transfer"),
     ("other", "other compute", "compute"),
 )
 LABELS = {b: label for b, label, _ in BUCKETS}
@@ -149,6 +150,7 @@ def _scope(*names: str) -> Callable[[Op], bool]:
 
 
 _MOVES = frozenset({"copy-start", "copy-done"})
+_HOST_COPY = _kernel(r"^Memcpy(H2D|D2H)", r"memcpy.*(HtoD|DtoH)")
 _GEMM_OPCODES = frozenset({"dot", "convolution", "ragged-dot"})
 _GEMM_TARGETS = ("__cublas$gemm", "__cublas$lt$matmul", "__cudnn$convForward", "cublas-gemm", "cublas-lt-matmul")
 
@@ -216,8 +218,15 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "host-offload",
         "offload",
-        "host<->device copies: CUPTI MemcpyH2D/D2H events and XLA's copy-start/copy-done (memory-space moves)",
-        _either(_kernel(r"^Memcpy(H2D|D2H)", r"memcpy.*(HtoD|DtoH)"), lambda op: (op.opcode or op.base) in _MOVES),
+        "host<->device copies inside the program: CUPTI MemcpyH2D/D2H events of an HLO instruction, XLA's "
+        "copy-start/copy-done (memory-space moves)",
+        _either(lambda op: bool(op.hlo_op) and _HOST_COPY(op), lambda op: (op.opcode or op.base) in _MOVES),
+    ),
+    Rule(
+        "runtime-copies",
+        "host_copy",
+        "host<->device copies outside any program (the runtime reading the loss, placing inputs)",
+        lambda op: not op.hlo_op and _HOST_COPY(op),
     ),
     # MaxText's own code: the Python function that built the op (HLO dump stack frames), innermost first.
     Rule(
