@@ -6,9 +6,13 @@ are checked against a real H200 trace by benchmarks/h200/run.sh's profile phase.
 
 from __future__ import annotations
 
+import os
+
+import jax.profiler
 import pytest
 
 from conftest import REPO
+from moekit import worker
 from moekit.observe import breakdown, profile
 from moekit.observe.profile_rules import BUCKETS, RULES, Op, classify, is_container
 from moekit.observe.trace import Event
@@ -191,3 +195,26 @@ def test_without_step_marks_the_window_is_averaged():
     assert out["segmentation"] == "whole window"
     (step,) = out["steps"]
     assert step["window_s"] == pytest.approx(7e-3 / 3) and step["buckets_s"]["other"] == pytest.approx(4e-3 / 3)
+
+
+def test_each_process_traces_into_its_own_folder_and_dumps_the_train_step(monkeypatch, tmp_path):
+    """MaxText names every process's trace <host>.xplane.pb in one folder: the worker gives each its own."""
+    calls = []
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda log_dir, *a, **kw: calls.append(log_dir))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    worker.trace_per_process({"MOEKIT_PROFILE_DIR": str(tmp_path), "JAX_PROCESS_ID": "1"})
+    jax.profiler.start_trace("/run/smoke/tensorboard/")  # what MaxText's profiler calls
+    assert calls == [str(tmp_path / "trace" / "process_1")]
+    flags = os.environ["XLA_FLAGS"].split()
+    assert flags[0] == "--xla_force_host_platform_device_count=2"  # the job's own flags stay
+    assert (
+        f"--xla_dump_to={tmp_path / 'hlo' / 'process_1'}" in flags
+        and "--xla_dump_hlo_module_re=jit_train_step" in flags
+    )
+
+
+def test_without_the_switch_the_worker_changes_nothing(monkeypatch):
+    before = jax.profiler.start_trace
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    worker.trace_per_process({})
+    assert jax.profiler.start_trace is before and "XLA_FLAGS" not in os.environ

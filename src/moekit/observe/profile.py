@@ -79,8 +79,8 @@ def executions(events: Sequence[Event], expected: int) -> tuple[list[list[Event]
 
 def _op(e: Event, table: dict[str, hlo.Instruction]) -> Op:
     ins = table.get(e.hlo_op)
-    if ins is None:
-        return Op(kernel=e.name, hlo_op=e.hlo_op, details=e.details)
+    if ins is None:  # undumped: what the trace itself says
+        return Op(kernel=e.name, hlo_op=e.hlo_op, op_name=e.op_name, details=e.details)
     return Op(e.name, e.hlo_op, ins.opcode, ins.fused, ins.target, ins.op_name, ins.frames, e.details)
 
 

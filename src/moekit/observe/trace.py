@@ -35,6 +35,8 @@ class Event:
     run_id: int | None = None
     details: str = ""
     """GPU memcpy events: kind_src:... kind_dst:... size:..."""
+    op_name: str = ""
+    """GPU: the op name XLA annotated the launch with (op_name, or name: op_name less the module-wide prefix)."""
 
 
 class TraceError(Exception):
@@ -74,13 +76,14 @@ def read(path: Path) -> list[Event]:
                             f"gpu:{gpu.group(1)}",
                             line.name,
                             e.start_ns,
-                            e.end_ns,
+                            e.start_ns + e.duration_ns,
                             e.name,
                             str(s.get("hlo_op", "")),
                             str(s.get("hlo_module", "")),
                             _int(s.get("program_id")),
                             _int(s.get("run_id")),
                             str(s.get("memcpy_details", "")),
+                            str(s.get("op_name") or s.get("name") or ""),
                         )
                     )
         elif plane.name == CPU_PLANE:
@@ -94,7 +97,7 @@ def read(path: Path) -> list[Event]:
                             f"cpu:{s.get('device_ordinal', 0)}",
                             line.name,
                             e.start_ns,
-                            e.end_ns,
+                            e.start_ns + e.duration_ns,
                             e.name,
                             str(s["hlo_op"]),
                             str(s.get("hlo_module", "")),
