@@ -72,9 +72,12 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
     entries = [preset(baseline)] if baseline else []
     base_name = entries[0][0] if entries else ""
+    untraced_of = {}  # profiled preset -> its untraced twin (the baseline, when it is the same preset)
     for name, ov, what in map(preset, specs):
         traced = (f"{name}_profiled", [*ov, "profile=on"], f"{what}; profile=on")
         entries.append(traced if profile else (name, ov, what))
+        if name == base_name:
+            untraced_of[traced[0]] = name
     plans = {}
     for name, ov, what in entries:  # every preset must compose and pass moekit's checks before any runs
         overrides = [f"experiment={experiment}", f"train.steps={steps}", *ov]
@@ -95,7 +98,7 @@ def run(
         r = trial.run(overrides, out / name, timeout_s, env)
         r |= {"what": what, "batch": list(tuning.batch_key(cfg))}
         if cfg["profile"]["enabled"]:
-            r["profile"] = breakdown_record(out / name, results["presets"].get(base_name))
+            r["profile"] = breakdown_record(out / name, results["presets"].get(untraced_of.get(name, "")))
         results["presets"][name] = r
         print(
             json.dumps(
@@ -120,6 +123,7 @@ def breakdown_record(run_dir: Path, baseline: dict | None) -> dict:
     untraced = (prof.get("maxtext_step_time") or {}).get("untraced_median_s")
     base = (baseline or {}).get("step_time_s")
     return {
+        "hardware": (prof.get("provenance") or {}).get("hardware"),
         "traced_step_ms": round(mean.get("window_s", 0.0) * 1e3, 2),
         "buckets_ms": {b: round(v * 1e3, 2) for b, v in (mean.get("buckets_s") or {}).items()},
         "idle_ms": round(mean.get("idle_s", 0.0) * 1e3, 2),
@@ -206,7 +210,8 @@ def profile_table(results: dict) -> str:
     any_ok = next(iter(profiled.values()))
     v = any_ok.get("versions") or {}
     lines = [
-        f"Measured {any_ok.get('date', '?')} on one NVIDIA H200 (hardware=h200), `moekit train "
+        f"Measured {any_ok.get('date', '?')} with hardware={any_ok['profile'].get('hardware')} "
+        f"({(any_ok.get('versions') or {}).get('host', '?')}), `moekit train "
         f"experiment={results['experiment']} profile=on` + the preset's overrides (jax {v.get('jax')}, maxtext "
         f"{v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}): the mean traced step over the "
         "run's traced steps, from its profile.json (docs/profiling.md). ms (share of the step). Overhead: median of "

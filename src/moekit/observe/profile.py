@@ -117,6 +117,11 @@ def device_breakdown(
         last = i + 1 == len(groups)
         end = max(e.end_ns for e in group) if last else starts[i + 1]
         one = breakdown.split(spans, starts[i], end)
+        counts: dict[str, int] = defaultdict(int)  # events (kernels, thunks) starting in the window, per bucket
+        for e in events:
+            if starts[i] <= e.start_ns < end:
+                counts[cache[(e.module, e.hlo_op, e.name)][0]] += 1
+        one["events"] = dict(counts)
         if how == "whole window":
             one = _divided(one, expected)
         label = first_step + i if how != "whole window" else f"{first_step}..{first_step + expected - 1} (mean)"
@@ -156,7 +161,8 @@ def _divided(step: dict, n: int) -> dict:
     def per(value):
         return {k: v / n for k, v in value.items()} if isinstance(value, dict) else value / n
 
-    return {k: (per(v) if k in ("window_s", "buckets_s", "idle_s", "kernel_s") else v) for k, v in step.items()}
+    scaled = ("window_s", "buckets_s", "idle_s", "kernel_s", "events")
+    return {k: (per(v) if k in scaled else v) for k, v in step.items()}
 
 
 def analyze(run: Path, first_step: int, expected: int, metric_step_times: dict[int, float]) -> dict[str, Any]:
