@@ -82,10 +82,11 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
     profile)
       # $arg: presets to train with profile=on (names from run_presets.py, or NAME:OVERRIDE+OVERRIDE). The first
       # one is also trained untraced (PROFILE_BASELINE= for none, or another name): the overhead reference.
+      # PRESETS_EXPERIMENT=smoke rehearses the phase on a CPU machine.
       base=${PROFILE_BASELINE-${arg%%,*}}
       timeout -s INT ${PROFILE_TIMEOUT:-560} python3 benchmarks/run_presets.py --out /tmp/profile --presets "$arg" \
-        --profile ${base:+--baseline "$base"} --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-240} \
-        > "$OUT/profile.txt" 2>&1; log "profile rc=$?"
+        --profile ${base:+--baseline "$base"} --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-300} \
+        ${PRESETS_EXPERIMENT:+--experiment "$PRESETS_EXPERIMENT"} > "$OUT/profile.txt" 2>&1; log "profile rc=$?"
       cp /tmp/profile/presets.json "$OUT/profiles.json" 2>/dev/null
       for f in /tmp/profile/*/profile.json; do [ -f "$f" ] && cp "$f" "$OUT/profile_$(basename "$(dirname "$f")").json"; done
       # Small files only: the raw traces and HLO dumps (profile/) and TensorBoard events stay on the machine.
