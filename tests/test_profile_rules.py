@@ -85,6 +85,7 @@ CASES = [
         Op(kernel="cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x128x128", hlo_op="fusion.1"),
     ),
     ("attention-kernels", "attention", Op(hlo_op="custom-call.3", opcode="custom-call", target="__cudnn$fmhaSoftmax")),
+    ("grouped-gemm-kernels", "grouped_gemm", Op(kernel="tokamax_gmm_kernel", hlo_op="custom-call.8")),
     ("gemms", "other_gemm", Op(kernel="nvjet_tst_128x256_64x4_1x2_h_bz", hlo_op="custom-call.12")),
     ("gemms", "other_gemm", Op(kernel="sm90_xmma_gemm_bf16bf16_bf16f32", hlo_op="cublas-gemm.3")),
     (

@@ -253,7 +253,7 @@ RULES: tuple[Rule, ...] = (
         _either(
             _target("te_grouped_gemm"),
             _hlo("ragged-dot"),
-            _kernel(r"ragged_dot", r"grouped_?gemm", r"gmm"),
+            _kernel(r"ragged_dot", r"grouped_?gemm", r"(?<![a-z])gmm"),  # not the wgmma of an attention kernel
             lambda op: "ragged_dot" in op.op_name,
         ),
     ),
