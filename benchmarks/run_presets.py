@@ -1,14 +1,18 @@
 """Run `moekit train experiment=<experiment>` for a set of presets, then record the results with provenance.
 
-    python benchmarks/run_presets.py --out DIR [--presets a,b] [--steps N] [--timeout-s S] [--append] [--profile a,b]
+    python benchmarks/run_presets.py --out DIR [--presets a,b] [--steps N] [--timeout-s S] [--append]
+    python benchmarks/run_presets.py --out DIR --presets tokamax,dense --profile --baseline tokamax   # breakdowns
     python benchmarks/run_presets.py --record DIR/presets.json [MORE.json]   # table -> docs/performance.md
+
+A preset is a name from PRESETS or NAME:OVERRIDE+OVERRIDE for one not listed (te_gmm:moe=te_gmm). With --profile
+each preset trains with profile=on (its run directory gets profile.json) and --baseline NAME also trains NAME
+untraced, so that the profiled runs' untraced steps can be set against it (the profiling overhead).
 
 Each preset is a real `moekit train` in DIR/<preset>/ (config, command, versions, metrics, summary). Peak
 device memory comes from benchmarks/peakmem (the allocator's high-water mark, read at exit). The loss check
 compares each preset's loss trajectory with REFERENCE's at the same tokens per step (moekit.tuning's gate);
-a quantized preset also reports its loss gap to its bf16 twin (BF16_TWIN) over the steps both ran.
---profile traces PROFILE_STEPS steps near the end of the named presets with MaxText's profiler (xplane, under
-the run directory's tensorboard/ folder); --append adds to DIR/presets.json instead of starting it anew.
+a quantized preset also reports its loss gap to its bf16 twin (BF16_TWIN) over the steps both ran. --append adds
+to DIR/presets.json instead of starting it anew (a later call of one batch).
 """
 
 from __future__ import annotations
@@ -54,58 +58,62 @@ PRESETS: dict[str, tuple[list[str], str]] = {
 }
 # A quantized preset -> the bf16 preset of the same path: its loss gap is reported (it changes the arithmetic).
 BF16_TWIN = {"te_gmm_fp8": "te_gmm", "tokamax_fp8": "tokamax", "te_fp8": "te"}
-PROFILE_STEPS = 2
-PROFILER_KEYS = ("maxtext.extra.profiler", "maxtext.extra.skip_first_n_steps_for_profiler")
 MARK_BEGIN, MARK_END = "<!-- BEGIN presets (benchmarks/run_presets.py --record) -->", "<!-- END presets -->"
+PROFILE_BEGIN, PROFILE_END = "<!-- BEGIN profile (benchmarks/run_presets.py --record) -->", "<!-- END profile -->"
 
 
-def profiled(overrides: list[str], steps: int) -> list[str]:
-    """The overrides plus MaxText's profiler on PROFILE_STEPS steps just before the last two of `steps`."""
-    start = steps - PROFILE_STEPS - 2
-    if start < 2:
-        raise ValueError(f"{steps} steps leave no steady window of {PROFILE_STEPS} steps to profile")
-    return [
-        *overrides,
-        "maxtext.extra.profiler=xplane",
-        f"maxtext.extra.skip_first_n_steps_for_profiler={start}",
-        f"maxtext.extra.profiler_steps={PROFILE_STEPS}",
-    ]
+def preset(spec: str) -> tuple[str, list[str], str]:
+    """(name, overrides, what) of a preset name or a NAME:OVERRIDE+OVERRIDE spec."""
+    name, _, extra = spec.partition(":")
+    if extra:
+        return name, extra.split("+"), f"ad hoc: {' '.join(extra.split('+'))}"
+    if name not in PRESETS:
+        raise SystemExit(f"unknown preset {name!r}: one of {', '.join(PRESETS)}, or NAME:OVERRIDE+OVERRIDE")
+    return name, list(PRESETS[name][0]), PRESETS[name][1]
 
 
 def run(
     out: Path,
-    names: list[str],
+    specs: list[str],
     steps: int,
     timeout_s: float,
     experiment: str,
+    profile: bool = False,
+    baseline: str | None = None,
     append: bool = False,
-    profile: frozenset[str] = frozenset(),
 ) -> Path:
     out.mkdir(parents=True, exist_ok=True)
+    entries = [preset(baseline)] if baseline else []
+    base_name = entries[0][0] if entries else ""
+    untraced_of = {}  # profiled preset -> its untraced twin (the baseline, when it is the same preset)
+    for name, ov, what in map(preset, specs):
+        traced = (f"{name}_profiled", [*ov, "profile=on"], f"{what}; profile=on")
+        entries.append(traced if profile else (name, ov, what))
+        if name == base_name:
+            untraced_of[traced[0]] = name
     plans = {}
-    for name in names:  # every preset must compose and pass moekit's checks before any runs
-        overrides = [f"experiment={experiment}", f"train.steps={steps}", *PRESETS[name][0]]
-        cfg = ensure_valid(compose(overrides))
-        if name in profile:
-            overrides = profiled(overrides, cfg.train.steps)
-        plans[name] = (overrides, ensure_valid(compose(overrides)).to_dict())
+    for name, ov, what in entries:  # every preset must compose and pass moekit's checks before any runs
+        overrides = [f"experiment={experiment}", f"train.steps={steps}", *ov]
+        plans[name] = (overrides, ensure_valid(compose(overrides)).to_dict(), what)
     env = {
         "MOEKIT_RECORD_PEAK_MEMORY": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO / "benchmarks" / "peakmem"), os.environ.get("PYTHONPATH", "")]),
     }
-    path = out / "presets.json"
     results = {
         "experiment": experiment,
         "reference": REFERENCE,
         "started": datetime.now(UTC).isoformat(),
         "presets": {},
     }
+    path = out / "presets.json"
     if append and path.is_file():
         results = merged([path]) | {"experiment": experiment}
-    for name, (overrides, cfg) in plans.items():
+    for name, (overrides, cfg, what) in plans.items():
         print(f"== {name}: moekit train {' '.join(overrides)}", flush=True)
         r = trial.run(overrides, out / name, timeout_s, env)
-        r |= {"what": PRESETS[name][1], "batch": list(tuning.batch_key(cfg))}
+        r |= {"what": what, "batch": list(tuning.batch_key(cfg))}
+        if cfg["profile"]["enabled"]:
+            r["profile"] = breakdown_record(out / name, results["presets"].get(untraced_of.get(name, "")))
         results["presets"][name] = r
         print(
             json.dumps(
@@ -118,6 +126,31 @@ def run(
         )
         path.write_text(json.dumps(results, indent=2) + "\n")  # after every preset: a cut-off run keeps the rest
     return path
+
+
+def breakdown_record(run_dir: Path, baseline: dict | None) -> dict:
+    """The mean traced step of a profiled run (ms per bucket) and its overhead against an untraced baseline run."""
+    try:
+        prof = json.loads((run_dir / "profile.json").read_text())
+    except (OSError, ValueError):
+        return {"error": f"no profile.json in {run_dir}"}
+    mean = prof.get("mean") or {}
+    untraced = (prof.get("maxtext_step_time") or {}).get("untraced_median_s")
+    base = (baseline or {}).get("step_time_s")
+    return {
+        "hardware": (prof.get("provenance") or {}).get("hardware"),
+        "traced_step_ms": round(mean.get("window_s", 0.0) * 1e3, 2),
+        "buckets_ms": {b: round(v * 1e3, 2) for b, v in (mean.get("buckets_s") or {}).items()},
+        "idle_ms": round(mean.get("idle_s", 0.0) * 1e3, 2),
+        "communication_share_of_kernel_time": mean.get("communication_share_of_kernel_time"),
+        "collective_hidden_share": mean.get("collective_hidden_share"),
+        "segmentation": sorted({d["segmentation"] for d in prof["devices"]}),
+        "hlo_dump": all(d["hlo_dump"] for d in prof["devices"]),
+        "analysis_s": prof.get("analysis_s"),
+        "untraced_median_s": untraced,
+        "baseline_step_time_s": base,
+        "overhead": untraced / base - 1 if untraced and base else None,
+    }
 
 
 def loss_checks(results: dict) -> dict[str, str]:
@@ -188,14 +221,11 @@ def table(results: dict) -> str:
         return "-" if x is None else format(x, fmt)
 
     for name, r in presets.items():
-        hidden = ("experiment=", "train.steps=", *PROFILER_KEYS)
-        ov = " ".join(o for o in r["overrides"] if not o.startswith(hidden))
-        is_traced = any(o.startswith(PROFILER_KEYS) for o in r["overrides"])
-        traced = f" (+ {PROFILE_STEPS} steps traced)" if is_traced else ""
+        ov = " ".join(o for o in r["overrides"] if not o.startswith(("experiment=", "train.steps=")))
         status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('error', '')[:80]}"
         loss = r.get("losses") or [None]
         lines.append(
-            f"| {name} | `{ov or '-'}`{traced} | {status} | {f(r.get('step_time_s'), '.3f')} "
+            f"| {name} | `{ov or '-'}` | {status} | {f(r.get('step_time_s'), '.3f')} "
             f"| {f(r.get('tflops_per_device'), '.1f')} | {f(r.get('mfu_bf16'), '.1%')} "
             f"| {f(r.get('tokens_per_s_per_device'), '.0f')} | {f(r.get('peak_memory_gib'), '.1f')} "
             f"| {f(r.get('compiled_estimate_gib'), '.1f')} | {checks[name]} | {f(loss[-1], '.4f')} |"
@@ -203,6 +233,46 @@ def table(results: dict) -> str:
     gaps = loss_gaps(results)
     if gaps:
         lines += ["", "Loss gap of each quantized preset to bf16 (same path, tokens/step, seed and data):", *gaps]
+    return "\n".join(lines)
+
+
+def profile_table(results: dict) -> str:
+    """The profiled presets' mean traced step: ms per bucket (share), idle, communication shares, overhead."""
+    from moekit.observe.profile_rules import BUCKETS
+
+    profiled = {n: r for n, r in results["presets"].items() if (r.get("profile") or {}).get("buckets_ms")}
+    if not profiled:
+        return ""
+    used = [(b, label) for b, label, _ in BUCKETS if any(r["profile"]["buckets_ms"].get(b) for r in profiled.values())]
+    any_ok = next(iter(profiled.values()))
+    v = any_ok.get("versions") or {}
+    lines = [
+        f"Measured {any_ok.get('date', '?')} with hardware={any_ok['profile'].get('hardware')} "
+        f"({(any_ok.get('versions') or {}).get('host', '?')}), `moekit train "
+        f"experiment={results['experiment']} profile=on` + the preset's overrides (jax {v.get('jax')}, maxtext "
+        f"{v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}): the mean traced step over the "
+        "run's traced steps, from its profile.json (docs/profiling.md). ms (share of the step). Overhead: median of "
+        "the profiled run's untraced steady steps against the untraced baseline run's median, same batch.",
+        "",
+        "| preset | traced step ms | " + " | ".join(label for _, label in used) + " | idle | comm share of kernel time "
+        "| comm hidden | overhead | segmentation |",
+        "|---|---|" + "---|" * len(used) + "---|---|---|---|---|",
+    ]
+
+    def pct(x):
+        return "-" if x is None else f"{x:.1%}"
+
+    for name, r in profiled.items():
+        p = r["profile"]
+        step = p["traced_step_ms"] or 1.0
+        cells = [f"{p['buckets_ms'].get(b, 0.0):.1f} ({p['buckets_ms'].get(b, 0.0) / step:.0%})" for b, _ in used]
+        overhead = "-" if p.get("overhead") is None else f"{p['overhead']:+.1%}"
+        idle = f"{p['idle_ms']:.1f} ({p['idle_ms'] / step:.0%})"
+        lines.append(
+            f"| {name} | {p['traced_step_ms']:.1f} | {' | '.join(cells)} | {idle} "
+            f"| {pct(p['communication_share_of_kernel_time'])} | {pct(p['collective_hidden_share'])} | {overhead} "
+            f"| {', '.join(p['segmentation'])} |"
+        )
     return "\n".join(lines)
 
 
@@ -217,37 +287,52 @@ def merged(paths: list[Path]) -> dict:
     return results
 
 
+def _fill(text: str, begin_mark: str, end_mark: str, body: str, doc: Path) -> str:
+    begin, end = text.find(begin_mark), text.find(end_mark)
+    if begin < 0 or end < 0:
+        raise SystemExit(f"{doc} has no {begin_mark} ... {end_mark} section to fill")
+    return text[: begin + len(begin_mark)] + "\n" + body + "\n" + text[end:]
+
+
 def record(results_paths: list[Path], doc: Path) -> None:
+    """The presets table, or (for results of --profile runs) the breakdown table, into its section of `doc`."""
     results = merged(results_paths)
     text = doc.read_text()
-    begin, end = text.find(MARK_BEGIN), text.find(MARK_END)
-    if begin < 0 or end < 0:
-        raise SystemExit(f"{doc} has no {MARK_BEGIN} ... {MARK_END} section to fill")
-    doc.write_text(text[: begin + len(MARK_BEGIN)] + "\n" + table(results) + "\n" + text[end:])
+    profiles = profile_table(results)
+    if profiles:
+        doc.write_text(_fill(text, PROFILE_BEGIN, PROFILE_END, profiles, doc))
+    else:
+        doc.write_text(_fill(text, MARK_BEGIN, MARK_END, table(results), doc))
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="folder for the run directories and presets.json")
-    p.add_argument("--presets", default=",".join(PRESETS), help=f"comma list of: {', '.join(PRESETS)}")
+    p.add_argument(
+        "--presets", default=",".join(PRESETS), help=f"comma list of: {', '.join(PRESETS)}, or NAME:OVERRIDE+OVERRIDE"
+    )
+    p.add_argument("--profile", action="store_true", help="train each preset with profile=on (step-time breakdown)")
+    p.add_argument("--baseline", help="with --profile: also train this preset untraced (the overhead reference)")
+    p.add_argument("--append", action="store_true", help="add to DIR/presets.json (a later call of one batch)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--timeout-s", type=float, default=180, help="per preset")
     p.add_argument("--experiment", default=EXPERIMENT)
-    p.add_argument("--append", action="store_true", help="add to DIR/presets.json (a later call of one session)")
-    p.add_argument("--profile", default="", help=f"comma list of presets to trace ({PROFILE_STEPS} steps, xplane)")
     p.add_argument("--record", type=Path, nargs="+", help="presets.json file(s) of one session to render into --doc")
     p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
     a = p.parse_args()
     if a.record:
         record(a.record, a.doc)
         return 0
-    names = [n for n in a.presets.split(",") if n]
-    profile = frozenset(n for n in a.profile.split(",") if n)
-    unknown = [n for n in [*names, *profile] if n not in PRESETS]
-    if unknown or not a.out:
-        p.error(f"unknown presets {unknown}" if unknown else "--out is required to run")
-    path = run(a.out, names, a.steps, a.timeout_s, a.experiment, a.append, profile)
-    print(table(json.loads(path.read_text())))
+    specs = [n for n in a.presets.split(",") if n]
+    if not a.out:
+        p.error("--out is required to run")
+    if a.baseline and not a.profile:
+        p.error("--baseline is the untraced reference of --profile runs")
+    path = run(a.out, specs, a.steps, a.timeout_s, a.experiment, a.profile, a.baseline, a.append)
+    results = json.loads(path.read_text())
+    print(table(results))
+    if a.profile:
+        print("\n" + profile_table(results))
     return 0
 
 

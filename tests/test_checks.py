@@ -38,6 +38,7 @@ CASES = [  # id, overrides, key of the problem, words the message must contain
         "cluster.processes_per_node",
         "one process per node or one per GPU",
     ),
+    ("profile-window", ["profile=on", "train.steps=5"], "profile.steps", "do not fit in train.steps=5"),
 ]
 
 

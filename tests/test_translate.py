@@ -24,6 +24,18 @@ CASES = [  # id, overrides, args that must appear, args that must not
     ("extra-wins", ["maxtext.extra.sparse_matmul=false"], ["sparse_matmul=false"], ["sparse_matmul=true"]),
     ("fp32", ["precision=fp32"], ["dtype=float32"], ["dtype=bfloat16"]),
     ("checkpointing", ["checkpoint.every=5"], ["enable_checkpointing=true", "checkpoint_period=5"], []),
+    ("profile-off", [], [], ["profiler=xplane", "jax_cache_dir=''"]),
+    (
+        "profile-on",
+        ["profile=on", "profile.skip_steps=4", "profile.steps=2"],
+        [
+            "profiler=xplane",
+            "skip_first_n_steps_for_profiler=4",
+            "profiler_steps=2",
+            "upload_all_profiler_results=true",
+        ],
+        [],
+    ),
 ]
 
 
@@ -75,3 +87,10 @@ def test_other_processes_get_their_own_metrics_file():
     assert "metrics_file=/r/metrics.jsonl" in job.argv(0)
     assert "metrics_file=/r/metrics.3.jsonl" in job.argv(3)
     assert per_process("maxtext.log", 2) == "maxtext.2.log"
+
+
+def test_profile_on_tells_each_process_where_to_trace():
+    on = build(compose("smoke", ["profile=on"]), "/r", "/r/metrics.jsonl")
+    assert on.env_dict["MOEKIT_PROFILE_DIR"] == "/r/profile"
+    assert "jax_cache_dir=''" in on.maxtext_args  # compiled, not restored from the cache: XLA then dumps its HLO
+    assert "MOEKIT_PROFILE_DIR" not in build(compose("smoke"), "/r", "/r/m").env_dict

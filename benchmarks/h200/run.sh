@@ -5,7 +5,8 @@
 # at exit the phases' text logs go into logs.tgz (steps.log stays beside it).
 #   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
 #   bash benchmarks/h200/run.sh te gmm presets:te,tokamax verify:<args file>   (te: benchmarks/te_h200/README.md)
-#   DEADLINE_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm,dense trace:te_gmm verify:<args file>
+#   DEADLINE_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm,dense verify:<args file>
+#   bash benchmarks/h200/run.sh profile:tokamax,dense   profile:te_gmm:moe=te_gmm   (step-time breakdowns)
 # DEADLINE_S: a phase that would start with less than 45 s left is skipped, and none runs past the deadline.
 # Needs: .whl/ (git-ignored, carried): the wheels of benchmarks/h200/wheels.txt (benchmarks/h200/README.md says how
 # to get them); benchmarks/h200/stubs/ holds the xprof stand-in tokamax imports.
@@ -39,6 +40,7 @@ for phase in "$@"; do
     preflight)
       { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
         python3 -c "import moekit.versions as v, json; print(json.dumps(v.versions()))"
+        python3 -c "from jax.profiler import ProfileData as P; print('ProfileData', P.from_file, P.from_serialized_xspace)"
         timeout 60 $MOEKIT train experiment=dsv3_proxy_h200 --dry-run; } > "$OUT/preflight.txt" 2>&1
       log "preflight rc=$?"
       # Every command module must import here, or every later `moekit` call fails the same way: stop now.
@@ -90,21 +92,25 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
     presets)
       # One /tmp/presets/presets.json per session: later phases (and calls) add their presets to it.
       timeout -s INT "$(bound "${PRESETS_TIMEOUT:-540}")" python3 benchmarks/run_presets.py --out /tmp/presets \
-        --presets "$arg" --append --profile "${PRESETS_PROFILE:-}" --steps ${STEPS:-10} \
+        --presets "$arg" --append --steps ${STEPS:-10} \
         --timeout-s ${PRESET_TIMEOUT_S:-150} >> "$OUT/presets.txt" 2>&1; log "presets rc=$?"
       cp /tmp/presets/presets.json "$OUT/" 2>/dev/null
-      tar czf "$OUT/presets_runs.tgz" --exclude='*.xplane.pb' -C /tmp presets 2>/dev/null ;;
-    trace)
-      # $arg: a preset run with PRESETS_PROFILE=$arg: device time by scope (moekit's grouped GEMM, MaxText's sort
-      # and combine), and the trace itself, compressed, when it fits what comes back.
-      # 3 MoE layers x 12 expert GEMMs (3 forward, 3 recomputed by remat, 6 backward) x 2*196608*7168*2048 FLOP.
-      timeout 120 python3 benchmarks/h200/trace_summary.py "/tmp/presets/$arg" --steps 2 \
-        --gemm-tflop-per-step "${GEMM_TFLOP_PER_STEP:-207.8}" --out "$OUT/trace_$arg.json" > "$OUT/trace.txt" 2>&1
-      log "trace rc=$?"
-      x=$(find "/tmp/presets/$arg" -name '*.xplane.pb' | head -1)
-      if [ -n "$x" ]; then gzip -c "$x" > "$OUT/$arg.xplane.pb.gz"
-        [ "$(stat -c %s "$OUT/$arg.xplane.pb.gz")" -lt 15000000 ] || { rm "$OUT/$arg.xplane.pb.gz"; log "trace over 15 MB: kept on the machine"; }
-      fi ;;
+      tar czf "$OUT/presets_runs.tgz" --exclude='*/profile/trace' --exclude='*/profile/hlo' --exclude='*/tensorboard' \
+        -C /tmp presets 2>/dev/null ;;
+    profile)
+      # $arg: presets to train with profile=on (names from run_presets.py, or NAME:OVERRIDE+OVERRIDE). The first
+      # one is also trained untraced (PROFILE_BASELINE= for none, or another name): the overhead reference.
+      # PRESETS_EXPERIMENT=smoke rehearses the phase on a CPU machine.
+      base=${PROFILE_BASELINE-${arg%%,*}}
+      timeout -s INT "$(bound "${PROFILE_TIMEOUT:-560}")" python3 benchmarks/run_presets.py --out /tmp/profile --presets "$arg" \
+        --profile ${base:+--baseline "$base"} --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-300} \
+        ${PRESETS_EXPERIMENT:+--experiment "$PRESETS_EXPERIMENT"} > "$OUT/profile.txt" 2>&1; log "profile rc=$?"
+      cp /tmp/profile/presets.json "$OUT/profiles.json" 2>/dev/null
+      for f in /tmp/profile/*/profile.json; do [ -f "$f" ] && cp "$f" "$OUT/profile_$(basename "$(dirname "$f")").json"; done
+      # Small files only: the raw traces and HLO dumps (profile/) and TensorBoard events stay on the machine.
+      tar czf "$OUT/profile_runs.tgz" -C /tmp --exclude='*/profile/trace' --exclude='*/profile/hlo' \
+        --exclude='*/tensorboard' profile 2>/dev/null
+      du -sh /tmp/profile/*/profile/* >> "$OUT/profile.txt" 2>&1 ;;
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"

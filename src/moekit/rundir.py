@@ -21,6 +21,9 @@ METRICS = "metrics.jsonl"  # MaxText's per-step metrics (metrics_file=)
 LOG = "maxtext.log"  # process 0's output (others: maxtext.<rank>.log)
 SUMMARY = "summary.json"  # steady-state summary with provenance
 MANIFEST = "manifest.json"  # status of the run: ok | failed (with class) | running
+PROFILE = "profile.json"  # step-time breakdown from the trace (profile=on)
+PROFILE_DIR = "profile"  # raw traces (trace/process_<i>/) and the train step's HLO dump (hlo/), profile=on
+PROFILE_DIR_ENV = "MOEKIT_PROFILE_DIR"  # tells each process (moekit.worker) where that folder is
 NODES = "nodes"  # nodes/<rank>/: the records of node <rank> > 0 of a multi-node job
 
 

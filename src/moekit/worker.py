@@ -17,6 +17,7 @@ from moekit import rendezvous as rz
 from moekit import te_gmm
 from moekit.failures import JOINED, JOINING
 from moekit.redact import is_secret_name
+from moekit.rundir import PROFILE_DIR_ENV
 
 _PR_SET_PDEATHSIG = 1
 LAUNCHER_PID = "MOEKIT_LAUNCHER_PID"  # set by `moekit train` for the processes it starts
@@ -84,11 +85,36 @@ def keep_secrets_out_of_tensorboard() -> None:
     maxtext_utils.add_config_to_summary_writer = add_config
 
 
+def trace_per_process(environ: dict[str, str]) -> None:
+    """profile=on: this process traces into <profile dir>/trace/process_<i>/ and dumps the train step's HLO.
+
+    MaxText's xplane profiler makes every process write <tensorboard_dir>/plugins/profile/<second>/<host>.xplane.pb,
+    so processes of one host that stop tracing in the same second overwrite each other. The HLO dump (op metadata
+    and Python source frames of every instruction) is what the breakdown classifies trace events by; XLA reads
+    XLA_FLAGS when it first compiles, so they are set before anything runs.
+    """
+    folder = environ.get(PROFILE_DIR_ENV)
+    if not folder:
+        return
+    own = f"process_{environ.get(rz.PROCESS_ID, '0')}"
+    dump = f"--xla_dump_to={os.path.join(folder, 'hlo', own)} --xla_dump_hlo_module_re=jit_train_step"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {dump}".strip()
+    import jax.profiler
+
+    start_trace = jax.profiler.start_trace
+
+    def start_own_trace(log_dir, *args, **kwargs):
+        return start_trace(os.path.join(folder, "trace", own), *args, **kwargs)
+
+    jax.profiler.start_trace = start_own_trace
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m moekit.worker <module> key=value ...")
     module = sys.argv[1]
     die_with_parent(dict(os.environ))
+    trace_per_process(dict(os.environ))
     join(dict(os.environ))
     keep_secrets_out_of_tensorboard()
     if os.environ.get(te_gmm.MODE_ENV):  # moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM

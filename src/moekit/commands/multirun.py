@@ -99,7 +99,7 @@ def run_sweep(overrides: Sequence[str], dry_run: bool = False) -> int:
         rundir.write_json(folder / SWEEP, record)
     done = [Path(e["run_dir"]) for e in record if (Path(e["run_dir"]) / rundir.METRICS).is_file()]
     if done:
-        path, shown = report.write_report(done, folder)
+        path, shown, _ = report.write_report(done, folder)
         print(shown)
         print(f"moekit: combined report {path}")
     failed = [e for e in record if e["returncode"] != 0]

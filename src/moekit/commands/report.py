@@ -31,8 +31,8 @@ def default_out(runs: Sequence[Path]) -> Path:
     return Path(os.path.commonpath([str(p.resolve()) for p in runs]))
 
 
-def write_report(run_dirs: Sequence[Path], out: Path | None = None) -> tuple[Path, str]:
-    """Load, render and write; returns the report's path and the tables to print."""
+def write_report(run_dirs: Sequence[Path], out: Path | None = None) -> tuple[Path, str, list[str]]:
+    """Load, render and write; returns the report's path, the tables to print and the plots written."""
     runs = [rundata.load(p) for p in run_dirs]  # every error surfaces before anything is written
     out = out or default_out(run_dirs)
     names = rep.labels(runs)
@@ -44,14 +44,17 @@ def write_report(run_dirs: Sequence[Path], out: Path | None = None) -> tuple[Pat
     shown = rep.runs_table(runs, names)
     if len(runs) > 1:
         shown += "\n\n" + rep.comparison_table(runs, names)
+    if any(r.profile for r in runs):
+        profiled = [(n, r) for n, r in zip(names, runs, strict=True) if r.profile]
+        shown += "\n\n" + rep.breakdown_table([r for _, r in profiled], [n for n, _ in profiled])
     for name, r in zip(names, runs, strict=True):
         if r.metrics.truncated_tail:
             shown += f"\nnote: {name}: truncated last line of {r.metrics.path} skipped"
-    return path, shown
+    return path, shown, pngs
 
 
 def run(args: argparse.Namespace) -> int:
-    path, shown = write_report(args.runs, args.out)
+    path, shown, pngs = write_report(args.runs, args.out)
     print(shown)
-    print(f"moekit: wrote {path} and {', '.join(p for p in (plots.STEP_TIME_PNG, plots.TFLOPS_PNG, plots.LOSS_PNG))}")
+    print(f"moekit: wrote {path} and {', '.join(pngs)}")
     return 0

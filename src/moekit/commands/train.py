@@ -23,7 +23,7 @@ from moekit.config.checks import CHECKS, ensure_valid, format_warnings, warnings
 from moekit.config.compose import compose
 from moekit.config.schema import Config
 from moekit.errors import MoekitError
-from moekit.observe import metrics, progress, summary
+from moekit.observe import metrics, profile, progress, summary
 from moekit.te_gmm import preflight as te_gmm_preflight
 from moekit.translate import job as jobmod
 from moekit.translate.env import EnvVar
@@ -353,6 +353,9 @@ def _run(
     rundir.write_json(run / rundir.MANIFEST, {**base, **status, "attempts": [*history, this]})
     if summ.get("steady_steps"):
         print(summary.format_summary(summ, cfg.hardware.name, cfg.hardware.peak_source))
+    if cfg.profile.enabled:
+        first = cfg.profile.skip_steps + (resume_step or 0)
+        print(profile.report_run(run, first, cfg.profile.steps, record["provenance"]))
     if failure is None:
         print(f"moekit: run directory {run}")
         return 0

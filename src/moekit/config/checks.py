@@ -317,6 +317,20 @@ def attention_supported(cfg: Config) -> Iterator[Problem]:
         )
 
 
+@check
+def profile_window_fits(cfg: Config) -> Iterator[Problem]:
+    p, steps = cfg.profile, cfg.train.steps
+    need = p.skip_steps + p.steps
+    if p.enabled and need > steps:
+        fewer = f" or profile.steps={steps - p.skip_steps}" if steps > p.skip_steps else ""
+        yield Problem(
+            "profile.steps",
+            f"the traced steps {p.skip_steps}..{need - 1} (profile.skip_steps={p.skip_steps}, profile.steps="
+            f"{p.steps}) do not fit in train.steps={steps}",
+            f"train.steps={need}{fewer}",
+        )
+
+
 # Kubernetes names: a JobSet name is a DNS-1035 label, a namespace a DNS-1123 label (both <= 63 characters).
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")

@@ -27,7 +27,19 @@ OPEN_MAPPINGS = (
     "cluster.node_selector.",
 )
 
-GROUPS = ("experiment", "model", "moe", "precision", "memory", "xla", "hardware", "cluster", "network", "data")
+GROUPS = (
+    "experiment",
+    "model",
+    "moe",
+    "precision",
+    "memory",
+    "xla",
+    "hardware",
+    "cluster",
+    "network",
+    "data",
+    "profile",
+)
 
 
 def config_dir() -> Path:

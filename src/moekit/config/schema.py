@@ -320,6 +320,15 @@ class Network(Section):
     """Oldest Kubernetes API whose pod schema fits what this profile renders (the validation target)."""
 
 
+class Profile(Section):
+    enabled: bool = False
+    """Trace training with MaxText's xplane profiler and write a step-time breakdown (profile.json)."""
+    skip_steps: int = Field(3, ge=1)
+    """Steps before the traced window (step 0 compiles); MaxText skip_first_n_steps_for_profiler."""
+    steps: int = Field(3, ge=1)
+    """Consecutive steps traced; MaxText profiler_steps."""
+
+
 class Data(Section):
     dataset_type: Literal["synthetic", "tfds", "hf", "grain"] = "synthetic"
     """MaxText dataset_type."""
@@ -344,6 +353,7 @@ class Config(Section):
     cluster: Cluster
     network: Network
     data: Data
+    profile: Profile = Profile()
 
     # ---- derived values (never typed by hand) ----
     @property

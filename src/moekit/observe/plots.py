@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 from moekit.observe import summary
 from moekit.observe.metrics import series
+from moekit.observe.profile_rules import BUCKETS
 from moekit.observe.rundata import Run
 
 STEP_TIME_PNG = "step_time.png"
 TFLOPS_PNG = "tflops.png"
 LOSS_PNG = "loss.png"
+BREAKDOWN_PNG = "breakdown.png"
 
 
 def _pyplot():
@@ -99,4 +102,34 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     _save(plt, fig, runs, out / LOSS_PNG)
-    return [STEP_TIME_PNG, TFLOPS_PNG, LOSS_PNG]
+    written = [STEP_TIME_PNG, TFLOPS_PNG, LOSS_PNG]
+    profiled = [(n, r) for n, r in zip(names, runs, strict=True) if (r.profile or {}).get("mean")]
+    if profiled:
+        _breakdown(plt, profiled, out / BREAKDOWN_PNG)
+        written.append(BREAKDOWN_PNG)
+    return written
+
+
+def _breakdown(plt, profiled: Sequence[tuple[str, Run]], path: Path) -> None:
+    """Stacked bars: ms per traced step in each bucket, one bar per profiled run; idle hatched."""
+    from moekit.observe.report import breakdown_columns
+
+    runs = [r for _, r in profiled]
+    cols = breakdown_columns(runs)
+    colors = {b: plt.get_cmap("tab20")(i) for i, (b, _, _) in enumerate(BUCKETS)}  # one color per bucket, every chart
+    fig, ax = plt.subplots(figsize=(max(6.4, 1.6 * len(runs) + 4.5), 5.5))
+    bottoms = [0.0] * len(runs)
+    for bucket, label in cols:
+        heights = [
+            (r.profile["mean"]["idle_s"] if bucket == "idle" else r.profile["mean"]["buckets_s"].get(bucket, 0.0)) * 1e3
+            for r in runs
+        ]
+        idle = {"color": "white", "hatch": "//", "edgecolor": "gray"}
+        style = idle if bucket == "idle" else {"color": colors[bucket]}
+        ax.bar(range(len(runs)), heights, bottom=bottoms, label=label, width=0.6, **style)
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    ax.set_xticks(range(len(runs)), [textwrap.fill(n, 28, break_long_words=False) for n, _ in profiled], fontsize=7)
+    ax.set(ylabel="ms per traced step (mean over devices)", title="Where the step time goes (profile=on)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _save(plt, fig, runs, path)

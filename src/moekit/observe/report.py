@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from moekit.observe import summary
+from moekit.observe.profile_rules import BUCKETS
 from moekit.observe.rundata import Run
 
 VERSION_KEYS = ("jax", "maxtext", "transformer-engine", "tokamax")
@@ -144,6 +145,62 @@ def comparison_table(runs: Sequence[Run], names: Sequence[str]) -> str:
     return table(header, rows)
 
 
+def breakdown_columns(runs: Sequence[Run]) -> list[tuple[str, str]]:
+    """(bucket, label) of the buckets any profiled run spent time in, in display order, then idle."""
+    used = [
+        (b, label)
+        for b, label, _ in BUCKETS
+        if any(((r.profile or {}).get("mean") or {}).get("buckets_s", {}).get(b) for r in runs)
+    ]
+    return [*used, ("idle", "idle")]
+
+
+def _ms_share(mean: dict, bucket: str) -> str:
+    v = mean["idle_s"] if bucket == "idle" else mean["buckets_s"].get(bucket, 0.0)
+    return f"{v * 1e3:.4g} ({v / mean['window_s']:.1%})" if mean.get("window_s") else "n/a"
+
+
+def breakdown_table(runs: Sequence[Run], names: Sequence[str]) -> str:
+    """ms per traced step (share of the step) in each bucket, one row per profiled run (mean over its devices)."""
+    cols = breakdown_columns(runs)
+    header = ["run", "traced step ms", *[label for _, label in cols], "comm share of kernel time", "comm hidden"]
+    rows = []
+    for name, r in zip(names, runs, strict=True):
+        mean = (r.profile or {}).get("mean")
+        if not mean:
+            continue
+        comm, hidden = mean.get("communication_share_of_kernel_time"), mean.get("collective_hidden_share")
+        rows.append(
+            [
+                name,
+                f"{mean['window_s'] * 1e3:.4g}",
+                *[_ms_share(mean, b) for b, _ in cols],
+                "n/a" if comm is None else f"{comm:.1%}",
+                "n/a" if hidden is None else f"{hidden:.1%}",
+            ]
+        )
+    return table(header, rows)
+
+
+def breakdown_section(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
+    profiled = [(n, r) for n, r in zip(names, runs, strict=True) if r.profile]
+    if not profiled:
+        return []
+    steps = {f"{r.profile['traced_steps'][0]}..{r.profile['traced_steps'][-1]}" for _, r in profiled}
+    return [
+        "## Step-time breakdown (measured: profile=on traces)",
+        "",
+        f"Mean traced step (steps {', '.join(sorted(steps))}) over each run's devices, from its profile.json: "
+        "ms in each bucket (share of the step). Compute time is shared among the compute operations running at "
+        "that instant; communication counts where nothing computes (exposed); idle is time the device runs "
+        "nothing. Communication share: collective kernel time over all kernel time; hidden: the part of it "
+        "that ran under compute. docs/profiling.md lists the classification rules.",
+        "",
+        breakdown_table([r for _, r in profiled], [n for n, _ in profiled]),
+        "",
+    ]
+
+
 def reference_rows(runs: Sequence[Run], names: Sequence[str], published: Sequence[dict[str, Any]]) -> list[list[str]]:
     """One row per (run, reference number) pair that concerns the same model: 'x% of <source>'."""
     rows = []
@@ -235,6 +292,7 @@ def markdown(runs: Sequence[Run], published: Sequence[dict[str, Any]], plots: Se
     if len(runs) > 1:
         parts += [f"## Comparison (speed-up relative to the first run: {names[0]})", "", comparison_table(runs, names)]
         parts.append("")
+    parts += breakdown_section(runs, names)
     parts += ["## Against reference numbers", "", references_section(runs, names, published), ""]
     if plots:
         parts += ["## Plots", ""] + [f"![{p.rsplit('.', 1)[0]}]({p})" for p in plots] + [""]

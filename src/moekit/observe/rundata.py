@@ -14,7 +14,7 @@ from moekit.observe import metrics, summary
 from moekit.observe.metrics import Metrics, MetricsError
 
 # Overrides that only place a run; they never distinguish one run from another in a report.
-PLACEMENT = ("run.dir=", "run.base_dir=", "run.name=")
+PLACEMENT = ("run.dir=", "run.base_dir=", "run.name=", "cluster.coordinator_port=")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,8 @@ class Run:
     metrics: Metrics
     summary: dict[str, Any]
     """observe.summary.summarize() of the metrics against the run's own hardware peaks."""
+    profile: dict[str, Any] | None = None
+    """The run's step-time breakdown (profile.json), when it was trained with profile=on."""
 
     @property
     def overrides(self) -> list[str]:
@@ -71,7 +73,8 @@ def load(path: Path) -> Run:
     m = metrics.read(path / rundir.METRICS)
     if not m.rows:
         raise MetricsError(f"{m.path} holds no completed step; nothing to report (see {path / rundir.LOG}).")
-    return Run(path, cfg, vers, manifest, m, summarize(m, cfg, manifest))
+    prof = _read_mapping(path / rundir.PROFILE, json.loads) if (path / rundir.PROFILE).is_file() else None
+    return Run(path, cfg, vers, manifest, m, summarize(m, cfg, manifest), prof)
 
 
 def summarize(m: Metrics, cfg: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,9 @@ import sys
 from dataclasses import dataclass
 
 from moekit import rendezvous as rz
+from moekit import rundir
 from moekit.config.schema import Config
+from moekit.translate import profile
 from moekit.translate.env import EnvVar, env_vars
 from moekit.translate.maxtext_args import TRAIN_MODULE, Arg, maxtext_args
 from moekit.translate.xla_flags import xla_flags
@@ -55,7 +57,8 @@ def per_process(path: str, process_id: int) -> str:
 
 
 def build(cfg: Config, run_dir: str, metrics_file: str) -> Job:
-    return Job(maxtext_args(cfg, run_dir, metrics_file), xla_flags(cfg), env_vars(cfg))
+    env = env_vars(cfg) + profile.env_vars(cfg, f"{run_dir}/{rundir.PROFILE_DIR}")
+    return Job(maxtext_args(cfg, run_dir, metrics_file), xla_flags(cfg), env)
 
 
 def processes(cfg: Config, environ: dict[str, str], rendezvous_timeout_s: int | None = None) -> list[dict[str, str]]:

@@ -12,6 +12,7 @@ from typing import NamedTuple
 import yaml
 
 from moekit.config.schema import Config, Scalar
+from moekit.translate import profile
 
 # Strings that every YAML reader keeps as strings when unquoted (no number, bool or null look-alikes).
 _PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./:@+-]*")
@@ -141,6 +142,7 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
     if cfg.num_processes == 1:
         # One process: no coordinator to wait for.
         put("cluster (one process)", skip_jax_distributed_system=True)
+    put("profile=on", **profile.maxtext_keys(cfg))
     put("maxtext.extra", **cfg.maxtext.extra)
 
     merged: dict[str, Arg] = {}

@@ -1,0 +1,230 @@
+"""The step-time breakdown's classification rules, one case per rule (pure), and the time accounting.
+
+GPU cases use kernel and instruction names as XLA:GPU, cuBLAS, cuDNN, NCCL and TransformerEngine name them; they
+are checked against a real H200 trace by benchmarks/h200/run.sh's profile phase.
+"""
+
+from __future__ import annotations
+
+import os
+
+import jax.profiler
+import pytest
+
+from conftest import REPO
+from moekit import worker
+from moekit.observe import breakdown, profile
+from moekit.observe.profile_rules import BUCKETS, RULES, Op, classify, is_container
+from moekit.observe.trace import Event
+
+GMM = ("RoutedMoE.sparse_matmul.<locals>.jax_ragged_dot_gmm", "RoutedMoE.sparse_matmul.<locals>.gmm", "train_step")
+SORT_IN_PERMUTE = ("_sort_activations", "RoutedMoE.permute", "RoutedMoE.sparse_matmul.<locals>.route")
+SORT_IN_UNPERMUTE = ("_sort_activations", "RoutedMoE.unpermute", "RoutedMoE.sparse_matmul.<locals>._moe_body")
+NCCL_SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+
+# (rule that must claim it, bucket, the operation)
+CASES = [
+    ("nccl-ep", "nccl_ep", Op(kernel="ep_kernel", hlo_op="te_ep_dispatch_ffi.10", target="te_ep_dispatch_ffi")),
+    # NCCL runs an all-to-all as SendRecv kernels: the instruction decides, not the kernel.
+    ("all-to-all", "all_to_all", Op(kernel=NCCL_SENDRECV, hlo_op="ragged-all-to-all.3")),
+    ("all-to-all", "all_to_all", Op(kernel="all-to-all.1", hlo_op="all-to-all.1", opcode="all-to-all")),
+    ("all-gather", "all_gather", Op(kernel="ncclDevKernel_AllGather_RING_LL(x)", hlo_op="all-gather-start.8.g0")),
+    ("all-gather", "all_gather", Op(kernel="all-gather.12", hlo_op="all-gather.12", opcode="all-gather")),
+    (
+        "all-gather",
+        "all_gather",  # an async wrapper around the collective
+        Op(hlo_op="all-gather-start.2", opcode="async-start", fused=frozenset({"all-gather", "parameter"})),
+    ),
+    ("reduce-scatter", "reduce_scatter", Op(kernel="ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL(x)")),
+    ("all-reduce", "all_reduce", Op(kernel="ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", hlo_op="all-reduce-start.2")),
+    ("collective-permute", "collective_permute", Op(kernel=NCCL_SENDRECV, hlo_op="collective-permute-start.1")),
+    (
+        "host-offload",
+        "offload",
+        Op(kernel="MemcpyD2H", hlo_op="copy-start.4", details="kind_src:device kind_dst:pinned"),
+    ),
+    ("host-offload", "offload", Op(hlo_op="copy-done.4", opcode="copy-done")),
+    ("runtime-copies", "host_copy", Op(kernel="MemcpyD2H", hlo_op="")),
+    ("maxtext-frames", "grouped_gemm", Op(kernel="ynn_fusion.3", hlo_op="ynn_fusion.3", opcode="fusion", frames=GMM)),
+    ("maxtext-frames", "dispatch", Op(hlo_op="gather_fusion.1", opcode="fusion", frames=SORT_IN_PERMUTE)),
+    ("maxtext-frames", "combine", Op(hlo_op="gather_fusion.2", opcode="fusion", frames=SORT_IN_UNPERMUTE)),
+    (
+        "maxtext-frames",
+        "dispatch",
+        Op(hlo_op="dot.4", opcode="dot", frames=("GateLogit.__call__", "RoutedMoE.__call__")),
+    ),
+    (
+        "maxtext-frames",
+        "attention",
+        Op(hlo_op="fusion.9", opcode="fusion", frames=("AttentionOp.apply_attention_dot",)),
+    ),
+    (
+        "maxtext-frames",
+        "grouped_gemm",  # tokamax's Mosaic GPU kernel: a custom call made inside MaxText's gmm
+        Op(kernel="ragged_kernel", hlo_op="custom-call.55", opcode="custom-call", target="mosaic_gpu", frames=GMM),
+    ),
+    (
+        "moe-expert-scopes",
+        "grouped_gemm",  # moe=dense: every expert's GEMM under moe.py's named scopes
+        Op(
+            kernel="nvjet_tst_128x256",
+            hlo_op="fusion.7",
+            op_name="jit(train_step)/jvp()/wi_0/BSM,EMH->EBSH/dot_general",
+        ),
+    ),
+    ("moe-dispatch-scope", "dispatch", Op(hlo_op="fusion.2", op_name="jit(train_step)/jvp()/dispatch/dot_general")),
+    ("moe-combine-scopes", "combine", Op(hlo_op="fusion.3", op_name="jit(train_step)/jvp()/weight_sum/mul")),
+    (
+        "grouped-gemm-kernels",
+        "grouped_gemm",  # TE's grouped GEMM runs cuBLAS kernels: the custom call, not the kernel name, decides
+        Op(kernel="nvjet_tst_256x128_64x4", hlo_op="te_grouped_gemm_ffi.96.double_buffer_clone", opcode="custom-call"),
+    ),
+    (
+        "attention-kernels",
+        "attention",
+        Op(kernel="cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x128x128", hlo_op="fusion.1"),
+    ),
+    ("attention-kernels", "attention", Op(hlo_op="custom-call.3", opcode="custom-call", target="__cudnn$fmhaSoftmax")),
+    ("grouped-gemm-kernels", "grouped_gemm", Op(kernel="tokamax_gmm_kernel", hlo_op="custom-call.8")),
+    ("gemms", "other_gemm", Op(kernel="nvjet_tst_128x256_64x4_1x2_h_bz", hlo_op="custom-call.12")),
+    ("gemms", "other_gemm", Op(kernel="sm90_xmma_gemm_bf16bf16_bf16f32", hlo_op="cublas-gemm.3")),
+    (
+        "gemms",
+        "other_gemm",
+        Op(kernel="ynn_fusion.169", hlo_op="ynn_fusion.169", fused=frozenset({"dot", "parameter"})),
+    ),
+    ("gemms", "other_gemm", Op(kernel="gemm_fusion_dot_12_0", hlo_op="gemm_fusion_dot.12")),
+    ("unclaimed", "other", Op(kernel="loop_add_fusion", hlo_op="loop_add_fusion.3", fused=frozenset({"add"}))),
+    ("unclaimed", "other", Op(kernel="MemcpyD2D", hlo_op="copy.9", opcode="copy")),  # a device copy is no offload
+]
+
+
+@pytest.mark.parametrize("rule, bucket, op", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_rule_claims_its_case(rule, bucket, op):
+    assert classify(op) == (bucket, rule)
+
+
+def test_every_rule_has_a_case():
+    assert {r.id for r in RULES} | {"unclaimed"} == {c[0] for c in CASES}
+    assert {b for b, _, _ in BUCKETS} >= {c[1] for c in CASES}
+
+
+def test_docs_list_every_rule():
+    text = (REPO / "docs" / "profiling.md").read_text()
+    assert [r.id for r in RULES if f"| `{r.id}` |" not in text] == []
+
+
+def test_containers_are_control_flow():
+    assert is_container(Op(hlo_op="while.5", opcode="while"))
+    assert is_container(Op(hlo_op="conditional.2"))  # undumped: the name says it
+    assert not is_container(Op(hlo_op="fusion.1", opcode="fusion", fused=frozenset({"while"})))
+
+
+def _ns(s: float) -> float:
+    return s * 1e9
+
+
+def test_split_shares_overlap_and_adds_up():
+    """Compute on one stream, a collective on another half under it: exposed half counts, idle is the rest."""
+    spans = [
+        breakdown.Span(_ns(0), _ns(10), "other_gemm", "compute"),
+        breakdown.Span(_ns(5), _ns(15), "all_gather", "collective"),
+        breakdown.Span(_ns(2), _ns(4), "attention", "compute"),  # concurrent compute: the instant is shared
+    ]
+    out = breakdown.split(spans, _ns(0), _ns(20))
+    b = out["buckets_s"]
+    assert b["other_gemm"] == pytest.approx(9.0) and b["attention"] == pytest.approx(1.0)
+    assert b["all_gather"] == pytest.approx(5.0) and out["idle_s"] == pytest.approx(5.0)
+    assert sum(b.values()) + out["idle_s"] == pytest.approx(out["window_s"])
+    assert out["kernel_s"]["all_gather"] == pytest.approx(10.0)
+    assert out["communication_share_of_kernel_time"] == pytest.approx(10 / 22)
+    assert out["collective_hidden_share"] == pytest.approx(0.5)
+
+
+def test_exclusive_cuts_nested_events_out_of_their_parent():
+    """A CPU while thunk encloses its body's thunks on the same thread; only its own time stays with it."""
+    spans = breakdown.exclusive([(0, 10, "other", "container"), (2, 5, "grouped_gemm", "compute"), (6, 7, "x", "c")])
+    assert [(s.start, s.end, s.bucket) for s in spans] == [
+        (0, 2, "other"),
+        (2, 5, "grouped_gemm"),
+        (5, 6, "other"),
+        (6, 7, "x"),
+        (7, 10, "other"),
+    ]
+    out = breakdown.split(
+        breakdown.exclusive([(0, 10, "other", "container"), (2, 5, "grouped_gemm", "compute")]), 0, 10
+    )
+    assert out["buckets_s"]["grouped_gemm"] == pytest.approx(3e-9)
+    assert out["kernel_s"]["other"] == 0.0  # control flow is no kernel time
+
+
+def _gpu_step(t0: float, stream: str = "Stream #13(Kernel)") -> list[Event]:
+    """One synthetic train step on a GPU: an input fusion once, a 4-iteration layer loop, an all-reduce."""
+    evs = [Event("gpu:0", stream, t0, t0 + 1e6, "loop_convert_fusion", "fusion.1", "jit_train_step", 7)]
+    for i in range(4):
+        evs.append(Event("gpu:0", stream, t0 + (1 + 2 * i) * 1e6, t0 + (2 + 2 * i) * 1e6, "nvjet_x", "cublas-gemm.2",
+                         "jit_train_step", 7))  # fmt: skip
+    evs.append(Event("gpu:0", "Stream #20(Kernel)", t0 + 9e6, t0 + 10e6, "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                     "all-reduce-start.1", "jit_train_step", 7))  # fmt: skip
+    return evs
+
+
+def test_gpu_steps_are_told_apart_by_a_once_per_step_instruction():
+    events = _gpu_step(0) + _gpu_step(12e6) + _gpu_step(24e6)
+    out = profile.device_breakdown(events, {}, first_step=3, expected=3)
+    assert out["segmentation"] == "once-per-step instruction"
+    assert [s["step"] for s in out["steps"]] == [3, 4, 5]
+    first = out["steps"][0]
+    assert first["window_s"] == pytest.approx(12e-3)  # up to the next step's start
+    assert first["buckets_s"]["other_gemm"] == pytest.approx(4e-3)
+    assert first["buckets_s"]["all_reduce"] == pytest.approx(1e-3)
+    assert first["idle_s"] == pytest.approx(12e-3 - 4e-3 - 1e-3 - 1e-3)
+    assert out["steps"][-1]["ends_at_next_step"] is False
+
+
+def test_cpu_steps_are_told_apart_by_run_id():
+    def thunk(t0, run):
+        return Event("cpu:0", "tf_XLAEigen/1", t0, t0 + 5e5, "dot.3", "dot.3", "jit_train_step", 22, run)
+
+    out = profile.device_breakdown([thunk(0, 11), thunk(1e6, 11), thunk(3e6, 12)], {}, first_step=2, expected=2)
+    assert out["segmentation"] == "run_id" and [s["window_s"] for s in out["steps"]] == pytest.approx([3e-3, 5e-4])
+
+
+def test_without_step_marks_the_window_is_averaged():
+    events = [Event("gpu:0", "Stream #1", t, t + 1e6, "k", "fusion.2", "jit_train_step") for t in (0, 2e6, 4e6, 6e6)]
+    out = profile.device_breakdown(events, {}, first_step=1, expected=3)
+    assert out["segmentation"] == "whole window"
+    (step,) = out["steps"]
+    assert step["window_s"] == pytest.approx(7e-3 / 3) and step["buckets_s"]["other"] == pytest.approx(4e-3 / 3)
+
+
+def test_each_process_traces_into_its_own_folder_and_dumps_the_train_step(monkeypatch, tmp_path):
+    """MaxText names every process's trace <host>.xplane.pb in one folder: the worker gives each its own."""
+    calls = []
+    monkeypatch.setattr(jax.profiler, "start_trace", lambda log_dir, *a, **kw: calls.append(log_dir))
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    worker.trace_per_process({"MOEKIT_PROFILE_DIR": str(tmp_path), "JAX_PROCESS_ID": "1"})
+    jax.profiler.start_trace("/run/smoke/tensorboard/")  # what MaxText's profiler calls
+    assert calls == [str(tmp_path / "trace" / "process_1")]
+    flags = os.environ["XLA_FLAGS"].split()
+    assert flags[0] == "--xla_force_host_platform_device_count=2"  # the job's own flags stay
+    assert (
+        f"--xla_dump_to={tmp_path / 'hlo' / 'process_1'}" in flags
+        and "--xla_dump_hlo_module_re=jit_train_step" in flags
+    )
+
+
+def test_without_the_switch_the_worker_changes_nothing(monkeypatch):
+    before = jax.profiler.start_trace
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    worker.trace_per_process({})
+    assert jax.profiler.start_trace is before and "XLA_FLAGS" not in os.environ
+
+
+def test_untraced_steps_leave_out_warm_up_and_the_windows_edges():
+    """Step 3 starts the trace, step 6 pays for writing it: the overhead compares steps outside both."""
+    times = [30.0, 1.0, 1.1, 4.0, 1.2, 1.3, 5.0, 1.0, 1.1, 1.2]
+    rows = [{"step": float(i), "perf/step_time_seconds": t} for i, t in enumerate(times)]
+    out = profile.maxtext_step_times(rows, first_step=3, expected=3)
+    assert out["traced_steps"] == [4, 5] and out["untraced_steps"] == [1, 2, 7, 8, 9]
+    assert out["untraced_median_s"] == pytest.approx(1.1)
