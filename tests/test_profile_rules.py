@@ -45,6 +45,22 @@ CASES = [
     ),
     ("host-offload", "offload", Op(hlo_op="copy-done.4", opcode="copy-done")),
     ("runtime-copies", "host_copy", Op(kernel="MemcpyD2H", hlo_op="")),
+    (
+        "te-gmm-scope",
+        "grouped_gemm",  # inside MaxText's gmm frame too: the scope rule comes first
+        Op(
+            kernel="nvjet_hsh_256x128_2x1_v_bz_coopA_NNN",
+            hlo_op="custom-call.7",
+            target="te_grouped_gemm_ffi",
+            op_name="jit(train_step)/moe/moekit_ragged_dot/moekit_grouped_gemm/te_grouped_gemm",
+            frames=GMM,
+        ),
+    ),
+    (
+        "te-gmm-layout-scope",
+        "dispatch",
+        Op(hlo_op="select_fusion.3", opcode="fusion", op_name="jit(train_step)/moe/moekit_ragged_dot/select_n"),
+    ),
     ("maxtext-frames", "grouped_gemm", Op(kernel="ynn_fusion.3", hlo_op="ynn_fusion.3", opcode="fusion", frames=GMM)),
     ("maxtext-frames", "dispatch", Op(hlo_op="gather_fusion.1", opcode="fusion", frames=SORT_IN_PERMUTE)),
     ("maxtext-frames", "combine", Op(hlo_op="gather_fusion.2", opcode="fusion", frames=SORT_IN_UNPERMUTE)),

@@ -221,14 +221,14 @@ def metric_step_times(rows: Sequence[dict]) -> dict[int, float]:
 def maxtext_step_times(rows: Sequence[dict], first_step: int, expected: int) -> dict[str, Any]:
     """MaxText's step times (host clock) inside and outside the traced window: the profiling overhead's evidence.
 
-    Untraced steps are the steady ones (after summary.warmup_steps) that neither start the trace (the first traced
-    step's time includes starting it) nor follow it (the step after the window includes writing the trace).
+    Untraced steps are the steady ones (those summary.exclusions keeps) that neither start the trace (the first
+    traced step's time includes starting it) nor follow it (the step after the window includes writing the trace).
     """
     times = metric_step_times(rows)
     steps = sorted(times)
-    skip = summary.warmup_steps([times[s] for s in steps])
+    left_out = summary.exclusions(steps, [times[s] for s in steps])
     traced = [s for s in steps if first_step < s < first_step + expected]
-    untraced = [s for s in steps[skip:] if s < first_step or s > first_step + expected]
+    untraced = [s for s in steps if s not in left_out and (s < first_step or s > first_step + expected)]
     return {
         "traced_steps": traced,
         "traced_median_s": statistics.median(times[s] for s in traced) if traced else None,

@@ -228,6 +228,21 @@ RULES: tuple[Rule, ...] = (
         "host<->device copies outside any program (the runtime reading the loss, placing inputs)",
         lambda op: not op.hlo_op and _HOST_COPY(op),
     ),
+    # moe=te_gmm: moekit's hook names TE's grouped GEMM and the row layout around it (te_gmm/grouped.py), so they
+    # are told apart although both sit inside MaxText's gmm frame.
+    Rule(
+        "te-gmm-scope",
+        "grouped_gemm",
+        "named scope moekit_grouped_gemm: TE's grouped GEMM as moe=te_gmm calls it (quantization included)",
+        _scope("moekit_grouped_gemm"),
+    ),
+    Rule(
+        "te-gmm-layout-scope",
+        "dispatch",
+        "named scope moekit_ragged_dot outside moekit_grouped_gemm: moe=te_gmm's row layout (padding rows zeroed, "
+        "FP8 alignment) around the grouped GEMM",
+        _scope("moekit_ragged_dot"),
+    ),
     # MaxText's own code: the Python function that built the op (HLO dump stack frames), innermost first.
     Rule(
         "maxtext-frames",
