@@ -262,7 +262,7 @@ def test_slurm_script(tmp_path):
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     # What Slurm gives the task on the second node is what the rendezvous needs.
     env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]"}
-    (r,) = rz.from_slurm(env, cfg.cluster.coordinator_port, 1, 8, True)
+    (r,) = rz.from_slurm(env, cfg.cluster.coordinator_port, 1, 8, True, "per_node")
     assert (r.process_id, r.num_processes, r.coordinator) == (1, 2, "gpu07:6002")
 
 

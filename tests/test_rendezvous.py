@@ -63,6 +63,6 @@ def test_jobset_rank_out_of_range():
 )
 def test_slurm_first_host(nodelist, first):
     env = {"SLURM_JOB_NUM_NODES": "3", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": nodelist}
-    got = rz.from_slurm(env, 6002, processes_per_node=8, gpus_per_node=8, gpu=True)
+    got = rz.from_slurm(env, 6002, processes_per_node=8, gpus_per_node=8, gpu=True, layout="per_node")
     assert got[0].coordinator == f"{first}:6002"
     assert [r.process_id for r in got] == list(range(8, 16))

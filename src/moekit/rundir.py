@@ -18,6 +18,7 @@ METRICS = "metrics.jsonl"  # MaxText's per-step metrics (metrics_file=)
 LOG = "maxtext.log"  # process 0's output (others: maxtext.<rank>.log)
 SUMMARY = "summary.json"  # steady-state summary with provenance
 MANIFEST = "manifest.json"  # status of the run: ok | failed (with class) | running
+LAUNCHERS = "launchers"  # records of the other moekit launchers of a multi-launcher job (launchers/<first id>/)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -39,6 +40,16 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_yaml(path: Path, data: Any) -> None:
     write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def for_launcher(run: Path, first_process: int) -> Path:
+    """Where one launcher of a job keeps its records when every launcher was given the same run.dir.
+
+    A job started by several moekits (one per Slurm task or node) on a shared filesystem must not have them
+    write one manifest: the launcher of process 0 owns `run`; the one whose first process is k keeps its
+    logs, metrics and manifest in `run`/launchers/k.
+    """
+    return run if first_process == 0 else run / LAUNCHERS / str(first_process)
 
 
 def new_run_dir(base: Path, experiment: str, now: datetime) -> Path:

@@ -132,10 +132,12 @@ def ensure_te_present(cfg: Config) -> None:
     )
 
 
-def resolve_run_dir(cfg: Config, now: datetime, config_view: dict[str, Any]) -> tuple[Path, dict | None]:
+def resolve_run_dir(
+    cfg: Config, now: datetime, config_view: dict[str, Any], first_process: int = 0
+) -> tuple[Path, dict | None]:
     """The run directory and, when run.dir names an unfinished run of this config, its previous manifest."""
     if cfg.run.dir:
-        path = Path(cfg.run.dir)
+        path = rundir.for_launcher(Path(cfg.run.dir), first_process)
         previous = attempts.check_reusable(path, config_view)
         path.mkdir(parents=True, exist_ok=True)
         return path, previous
@@ -194,7 +196,7 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     ensure_port_free(cfg)
     ensure_gpus_present(cfg, Path("/dev"))
     ensure_te_present(cfg)
-    run, previous = resolve_run_dir(cfg, now, config_view)
+    run, previous = resolve_run_dir(cfg, now, config_view, int(procs[0].get(rz.PROCESS_ID, 0)))
     with attempts.locked(run):
         return _run(cfg, run, previous, procs, environ, shown_overrides, config_view, scrub, now)
 
@@ -214,7 +216,7 @@ def _run(
     attempt = attempts.set_aside(run)
     resume_step = attempts.latest_checkpoint(run, cfg.run_name)
     metrics_path = run / rundir.METRICS
-    job = jobmod.build(cfg, str(run), str(metrics_path))
+    job = jobmod.build(cfg, str(Path(cfg.run.dir or run)), str(metrics_path))  # launchers share MaxText outputs
     view = describe(cfg, redacted_job(job, names), procs)
     inherited = {k: v for k, v in sorted(environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
     rundir.write_yaml(run / rundir.CONFIG, config_view)
