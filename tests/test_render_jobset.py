@@ -256,7 +256,8 @@ def test_slurm_script(tmp_path):
     text, cfg, _ = cmd.render(["experiment=smoke_gpu", "target=slurm", "cluster.nodes=2", "cluster.gpus_per_node=8"])
     assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=1" in text
     assert "#SBATCH --gpus-per-node=8" in text
-    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 moekit train experiment=smoke_gpu cluster=slurm" in text
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=moekit:latest " in text
+    assert " train experiment=smoke_gpu cluster=slurm cluster.nodes=2 cluster.gpus_per_node=8 " in text
     script = tmp_path / "job.sh"
     script.write_text(text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0

@@ -101,6 +101,22 @@ def test_layouts_and_policy_keys():
     assert argv[-1] == "run.dir=/shared/runs/a"  # the user's, not a second one
 
 
+def doc_render_commands() -> list[list[str]]:
+    """The `moekit render` commands of docs/slurm.md's code blocks (continued lines joined)."""
+    text = (REPO / "docs" / "slurm.md").read_text().replace("\\\n", " ")
+    blocks = text.split("```")[1::2]
+    return [shlex.split(line)[2:] for b in blocks for line in b.splitlines() if line.startswith("moekit render ")]
+
+
+def test_the_docs_render_commands_render(tmp_path):
+    commands = doc_render_commands()
+    assert len(commands) >= 3
+    for words in commands:
+        words = [w for i, w in enumerate(words) if w != "-o" and (i == 0 or words[i - 1] != "-o")]
+        text, _, _ = cmd.render(words)
+        assert sbatch_lines(text) and srun_argv(text)
+
+
 def _fake(folder: Path, name: str, body: str) -> None:
     path = folder / name
     path.write_text("#!/bin/bash\n" + body)
