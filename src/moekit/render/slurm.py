@@ -26,10 +26,12 @@ JOB_ID = '"${SLURM_JOB_ID}"'
 
 
 def job_name(cfg: Config) -> str:
+    """sbatch --job-name: cluster.name, else the experiment name with '-' for '_'."""
     return cfg.cluster.name or cfg.experiment_name.replace("_", "-")
 
 
 def tasks_per_node(cfg: Config) -> int:
+    """srun tasks per node: one per JAX process (per_process) or one moekit per node (per_node)."""
     return cfg.cluster.processes_per_node if cfg.cluster.task_layout == "per_process" else 1
 
 
@@ -75,7 +77,7 @@ def srun_options(cfg: Config) -> list[str]:
 
 def environment(cfg: Config) -> list[tuple[str, str]]:
     """Variables the script exports for every task: the chosen network option's (moekit sets them again)."""
-    return [(v.name, v.value) for v in env_vars(cfg) if v.origin == f"network={cfg.network.name}"]
+    return [(v.name, v.value) for v in env_vars(cfg) if v.name in cfg.network.env]
 
 
 def train_command(cfg: Config, overrides: Sequence[str]) -> list[str]:
