@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -46,3 +47,40 @@ def smoke_sweep(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     folder = tmp_path_factory.mktemp("sweep") / "smoke"
     proc = moekit("train", "-m", "experiment=smoke", "train.steps=4", "moe=ragged_dot,dense", f"run.dir={folder}")
     return folder, proc
+
+
+# The local 2-process run the Slurm layouts must reproduce: fp32 (reduction order is not a wiring difference),
+# 1 sequence per device, 6 steps. test_train_cpu compares it with one process.
+TWO_PROCESS_OVERRIDES = ("precision=fp32", "train.steps=6", "train.per_device_batch_size=1")
+
+
+@pytest.fixture(scope="session")
+def local_two_process_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One real `moekit train experiment=smoke` with 2 local processes (FSDP=2), shared by the tests."""
+    run = tmp_path_factory.mktemp("local2") / "two"
+    port = f"cluster.coordinator_port={free_port()}"  # other runs on this machine may hold the default
+    proc = moekit(
+        "train", "experiment=smoke", *TWO_PROCESS_OVERRIDES, "cluster.processes_per_node=2", port, f"run.dir={run}"
+    )
+    return run, proc
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (for a coordinator)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A one-host Slurm cluster (tests/slurm_cluster.py) for the whole session; skipped where it cannot run."""
+    import slurm_cluster
+
+    reason = slurm_cluster.unavailable()
+    if reason:
+        pytest.skip(reason)
+    cluster = slurm_cluster.Cluster()
+    cluster.start()
+    yield cluster
+    cluster.stop()

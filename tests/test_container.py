@@ -198,7 +198,7 @@ def test_two_node_compose_same_losses(engine, image, tmp_path):
     rows = json.loads(codes) if codes.lstrip().startswith("[") else [json.loads(x) for x in codes.splitlines() if x]
     assert sorted((r["Service"], r["ExitCode"]) for r in rows) == [("node-0", 0), ("node-1", 0)], codes
     runs = {node: next((tmp_path / node / "smoke").iterdir()) for node in ("node-0", "node-1")}
-    runs["node-1"] = runs["node-1"] / "nodes" / "1"  # a node other than 0 keeps its records apart (rundir.NODES)
+    runs["node-1"] = runs["node-1"] / "launchers" / "1"  # process 1's launcher: records apart (rundir.LAUNCHERS)
     rank0, rank1 = losses(runs["node-0"]), losses(runs["node-1"], "metrics.1.jsonl")
     assert len(rank0) == 5 and rank0 == rank1
     job = json.loads((runs["node-1"] / "job.json").read_text())

@@ -336,7 +336,7 @@ def test_two_pods_train_with_identical_losses(golden_run):
     assert out.restarts == 0
     first, second = _run_dir(logs[0]), _run_dir(logs[1])
     assert first.is_relative_to(logs[0].parent) and second.is_relative_to(logs[1].parent)  # own filesystems
-    assert first.is_absolute() and second == second.parents[1] / "nodes" / "1"  # node 1 keeps its records apart
+    assert first.is_absolute() and second == second.parents[1] / "launchers" / "1"  # process 1: records apart
     a, b = losses(first), losses(second, "metrics.1.jsonl")
     assert len(a) == 10 and a == b
     assert "step 10/10" in logs[0].read_text()
@@ -378,7 +378,7 @@ def test_a_restarted_jobset_resumes_from_checkpoints_on_its_volume(golden_run, t
     assert manifest["attempts"][0]["failure"]["class"] == "killed"
     killed = _steps_partial(run / "attempts" / "1" / "metrics.jsonl")
     assert max(killed) >= 4  # steps past the checkpoint, run again after the restart
-    for records, name in ((run, "metrics.jsonl"), (run / "nodes" / "1", "metrics.1.jsonl")):
+    for records, name in ((run, "metrics.jsonl"), (run / "launchers" / "1", "metrics.1.jsonl")):
         assert [json.loads(line)["step"] for line in (records / name).read_text().splitlines()] == list(range(10))
     reference = losses(_run_dir(ref_logs[0]))
     resumed = losses(run)

@@ -329,13 +329,14 @@ def test_slurm_script(tmp_path):
     text, cfg, _ = cmd.render(["experiment=smoke_gpu", "target=slurm", "cluster.nodes=2", "cluster.gpus_per_node=8"])
     assert "#SBATCH --nodes=2" in text and "#SBATCH --ntasks-per-node=1" in text
     assert "#SBATCH --gpus-per-node=8" in text
-    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 moekit train experiment=smoke_gpu cluster=slurm" in text
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 --container-image=moekit:latest " in text
+    assert " train experiment=smoke_gpu cluster=slurm cluster.nodes=2 cluster.gpus_per_node=8 " in text
     script = tmp_path / "job.sh"
     script.write_text(text)
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     # What Slurm gives the task on the second node is what the rendezvous needs.
     env = {"SLURM_JOB_NUM_NODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "gpu[07-08]"}
-    (r,) = rz.from_slurm(env, cfg.cluster.coordinator_port, 1, 8, True)
+    (r,) = rz.from_slurm(env, cfg.cluster.coordinator_port, 1, 8, True, "per_node")
     assert (r.process_id, r.num_processes, r.coordinator) == (1, 2, "gpu07:6002")
 
 

@@ -63,6 +63,79 @@ def test_jobset_rank_out_of_range():
 )
 def test_slurm_first_host(nodelist, first):
     env = {"SLURM_JOB_NUM_NODES": "3", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": nodelist}
-    got = rz.from_slurm(env, 6002, processes_per_node=8, gpus_per_node=8, gpu=True)
+    got = rz.from_slurm(env, 6002, processes_per_node=8, gpus_per_node=8, gpu=True, layout="per_node")
     assert got[0].coordinator == f"{first}:6002"
     assert [r.process_id for r in got] == list(range(8, 16))
+
+
+# One srun task per process (cluster.task_layout=per_process): what srun gives task 9 of 2 nodes x 8.
+TASK = {
+    "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_NTASKS": "16",
+    "SLURM_PROCID": "9",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_NODELIST": "gpu[07-08]",
+    "SLURM_JOB_NODELIST": "gpu[07-08],spare3",
+}
+
+
+def test_slurm_task_per_process():
+    (r,) = rz.from_slurm(TASK, 6002, processes_per_node=8, gpus_per_node=8, gpu=True, layout="per_process")
+    assert (r.process_id, r.num_processes, r.node_rank, r.local_rank) == (9, 16, 1, 1)
+    assert r.coordinator == "gpu07:6002" and r.local_device_ids == (1,)
+    env = rz.process_env(r, 600)
+    assert env[rz.PROCESS_ID] == "9" and env[rz.LOCAL_DEVICES] == "1"
+
+
+def test_slurm_task_bound_to_one_gpu_drives_device_0():
+    (r,) = rz.from_slurm(TASK | {"CUDA_VISIBLE_DEVICES": "5"}, 6002, 8, 8, True, "per_process")
+    assert r.local_device_ids == (0,)
+
+
+def test_slurm_task_on_cpu_uses_all_its_devices():
+    (r,) = rz.from_slurm(TASK, 6002, 8, 8, gpu=False, layout="per_process")
+    assert r.local_device_ids is None
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"SLURM_NTASKS": "2"}, "2 tasks on 2 node"),  # srun started one task per node
+        ({"SLURM_LOCALID": "8"}, "local task 8"),
+        ({"SLURM_PROCID": "x"}, "SLURM_PROCID"),
+    ],
+)
+def test_slurm_task_layout_mismatch(change, match):
+    with pytest.raises(rz.RendezvousError, match=match):
+        rz.from_slurm(TASK | change, 6002, 8, 8, True, "per_process")
+
+
+def test_slurm_per_node_refuses_a_task_per_process():
+    with pytest.raises(rz.RendezvousError, match="one srun task per node"):
+        rz.from_slurm(TASK, 6002, 8, 8, True, "per_node")
+
+
+def test_slurm_task_needs_a_shared_run_dir():
+    """Each task's moekit would otherwise make a run directory of its own."""
+    from conftest import compose
+    from moekit.translate import job
+
+    cfg = compose("smoke", ["cluster=slurm", "cluster.processes_per_node=8", "cluster.gpus_per_node=8"])
+    with pytest.raises(rz.RendezvousError, match="run.dir=PATH"):
+        job.processes(cfg, TASK)
+    shared = compose(
+        "smoke", ["cluster=slurm", "cluster.processes_per_node=8", "cluster.gpus_per_node=8", "run.dir=/r"]
+    )
+    assert [p[rz.PROCESS_ID] for p in job.processes(shared, TASK)] == ["9"]
+
+
+def test_launchers_share_a_run_dir(tmp_path):
+    from moekit import attempts, rundir
+
+    run = tmp_path / "run"
+    assert rundir.for_launcher(run, 0) == run
+    other = rundir.for_launcher(run, 8)
+    assert other == run / "launchers" / "8"
+    other.mkdir(parents=True)  # the other launcher may start first
+    assert attempts.check_reusable(run, {}) is None  # still a new run for process 0's launcher

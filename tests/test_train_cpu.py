@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from conftest import losses, moekit
+from conftest import TWO_PROCESS_OVERRIDES, losses, moekit
 
 pytestmark = pytest.mark.integration
 
@@ -44,23 +44,26 @@ def test_smoke_trains_and_summarizes(tmp_path):
     assert again.returncode == 0 and _run_dir(again.stdout) != run
 
 
-def test_two_processes_match_one(tmp_path):
+def test_two_processes_match_one(tmp_path, local_two_process_run):
     """jax.distributed across 2 real processes (FSDP=2) gives the single process's losses.
 
     Same global batch (2 sequences) both ways; fp32 so that reduction order (bf16 moves it by ~1e-3) is not
     mistaken for a wiring difference.
     """
-    common = ["train", "experiment=smoke", "precision=fp32", "train.steps=6"]
-    one = moekit(*common, f"run.dir={tmp_path / 'one'}", "train.per_device_batch_size=2")
-    two = moekit(
-        *common, f"run.dir={tmp_path / 'two'}", "train.per_device_batch_size=1", "cluster.processes_per_node=2"
+    two_dir, two = local_two_process_run
+    one = moekit(
+        "train",
+        "experiment=smoke",
+        *TWO_PROCESS_OVERRIDES,
+        f"run.dir={tmp_path / 'one'}",
+        "train.per_device_batch_size=2",
     )
     assert one.returncode == 0, one.stderr + one.stdout[-2000:]
     assert two.returncode == 0, two.stderr + two.stdout[-2000:]
-    job = json.loads((tmp_path / "two" / "job.json").read_text())
+    job = json.loads((two_dir / "job.json").read_text())
     assert [p["JAX_PROCESS_ID"] for p in job["processes"]] == ["0", "1"]
     assert "ici_fsdp_parallelism=2" in job["maxtext_args"]
-    a, b, b1 = losses(tmp_path / "one"), losses(tmp_path / "two"), losses(tmp_path / "two", "metrics.1.jsonl")
+    a, b, b1 = losses(tmp_path / "one"), losses(two_dir), losses(two_dir, "metrics.1.jsonl")
     assert len(a) == len(b) == 6
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-3
     assert b == b1  # both processes saw the same global step results

@@ -52,7 +52,7 @@ def check_reusable(run: Path, config: Mapping[str, Any], fix_new: str | None = N
     fix_new = fix_new or "leave run.dir unset (a new directory per run) or choose a new run.dir"
     if run.exists() and not run.is_dir():
         raise RunDirError(f"run.dir={run} is a file, not a directory; {fix_new}.")
-    if not run.is_dir() or not [p for p in run.iterdir() if p.name not in (LOCK, rundir.NODES)]:
+    if not run.is_dir() or not [p for p in run.iterdir() if p.name not in (LOCK, rundir.LAUNCHERS)]:
         return None
     manifest_path = run / rundir.MANIFEST
     if not manifest_path.is_file():

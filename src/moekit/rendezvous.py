@@ -94,17 +94,69 @@ def _first_slurm_host(nodelist: str) -> str:
     return prefix + ranges.split(",")[0].split("-")[0]
 
 
-def from_slurm(
-    env: Mapping[str, str], port: int, processes_per_node: int, gpus_per_node: int, gpu: bool
-) -> list[Rendezvous]:
-    """One `srun` task per node (moekit starts the per-GPU processes itself)."""
-    hint = "run moekit under `srun` with one task per node."
-    nodes = _int(env, "SLURM_JOB_NUM_NODES", hint) if "SLURM_JOB_NUM_NODES" in env else _int(env, "SLURM_NNODES", hint)
-    rank = _int(env, "SLURM_NODEID", hint)
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+def _slurm_coordinator(env: Mapping[str, str], port: int, hint: str) -> str:
+    # The step's node list (what srun ran on) names process 0's host; the job's is the same for a full-size step.
+    nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
         raise RendezvousError(f"SLURM_JOB_NODELIST is not set; {hint}")
-    return _node_processes(f"{_first_slurm_host(nodelist)}:{port}", nodes, rank, processes_per_node, gpus_per_node, gpu)
+    return f"{_first_slurm_host(nodelist)}:{port}"
+
+
+def _slurm_nodes(env: Mapping[str, str], hint: str) -> int:
+    name = "SLURM_JOB_NUM_NODES" if "SLURM_JOB_NUM_NODES" in env else "SLURM_NNODES"
+    return _int(env, name, hint)
+
+
+def from_slurm(
+    env: Mapping[str, str],
+    port: int,
+    processes_per_node: int,
+    gpus_per_node: int,
+    gpu: bool,
+    layout: str,
+) -> list[Rendezvous]:
+    """An srun task: one per node (moekit starts the node's processes) or one per process (layout per_process).
+
+    per_node takes the node rank from SLURM_NODEID; per_process is one process whose id, local rank and count
+    are SLURM_PROCID, SLURM_LOCALID and SLURM_NTASKS. The coordinator is the first host of the step.
+    """
+    if layout == "per_process":
+        return [_slurm_task(env, port, processes_per_node, gpu)]
+    hint = "run moekit under `srun` with one task per node (cluster.task_layout=per_node)."
+    nodes = _slurm_nodes(env, hint)
+    tasks = env.get("SLURM_NTASKS") or env.get("SLURM_STEP_NUM_TASKS")
+    if tasks and tasks.isdigit() and int(tasks) != nodes:
+        raise RendezvousError(
+            f"cluster.task_layout=per_node wants one srun task per node, but this step has {tasks} tasks on "
+            f"{nodes} node(s); srun --ntasks-per-node=1 (the rendered script does), or cluster.task_layout=per_process."
+        )
+    rank = _int(env, "SLURM_NODEID", hint)
+    return _node_processes(_slurm_coordinator(env, port, hint), nodes, rank, processes_per_node, gpus_per_node, gpu)
+
+
+def _slurm_task(env: Mapping[str, str], port: int, processes_per_node: int, gpu: bool) -> Rendezvous:
+    hint = f"run moekit under `srun --ntasks-per-node={processes_per_node}` (cluster.task_layout=per_process)."
+    nodes = _slurm_nodes(env, hint)
+    tasks = _int(env, "SLURM_NTASKS", hint)
+    proc, local, node = (_int(env, v, hint) for v in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID"))
+    if tasks != nodes * processes_per_node or not 0 <= local < processes_per_node:
+        raise RendezvousError(
+            f"this step has {tasks} tasks on {nodes} node(s) (task {proc} is local task {local}), but "
+            f"cluster.processes_per_node={processes_per_node} wants {processes_per_node} per node; {hint}"
+        )
+    device: tuple[int, ...] | None = None
+    if gpu and processes_per_node > 1:
+        # A task Slurm bound to one GPU (--gpus-per-task=1, --gpu-bind) sees only that one, as device 0.
+        visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+        device = (0,) if len(visible) == 1 else (local,)
+    return Rendezvous(
+        coordinator=_slurm_coordinator(env, port, hint),
+        num_processes=tasks,
+        process_id=proc,
+        node_rank=node,
+        local_rank=local,
+        local_device_ids=device,
+    )
 
 
 def process_env(r: Rendezvous, timeout_s: int) -> dict[str, str]:

@@ -24,7 +24,7 @@ MANIFEST = "manifest.json"  # status of the run: ok | failed (with class) | runn
 PROFILE = "profile.json"  # step-time breakdown from the trace (profile=on)
 PROFILE_DIR = "profile"  # raw traces (trace/process_<i>/) and the train step's HLO dump (hlo/), profile=on
 PROFILE_DIR_ENV = "MOEKIT_PROFILE_DIR"  # tells each process (moekit.worker) where that folder is
-NODES = "nodes"  # nodes/<rank>/: the records of node <rank> > 0 of a multi-node job
+LAUNCHERS = "launchers"  # records of the other moekit launchers of a multi-launcher job (launchers/<first id>/)
 
 
 def absolute(path: str | Path, cwd: Path) -> Path:
@@ -46,12 +46,6 @@ def configured_dir(cfg: Config) -> str | None:
     return f"{volume.path.rstrip('/')}/{cfg.cluster.name or cfg.experiment_name}"
 
 
-def node_records(run: Path, node_rank: int) -> Path:
-    """Where one node keeps its records (config, job, manifest, logs, metrics) in a run directory that all nodes of
-    a job may share: node 0 in the run directory itself, node r in nodes/<r>/. MaxText's checkpoints stay in the
-    run directory (base_output_directory): one set for the whole job, as Orbax writes it from every process."""
-    return run if node_rank == 0 else run / NODES / str(node_rank)
-
 
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file."""
@@ -72,6 +66,16 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_yaml(path: Path, data: Any) -> None:
     write_atomic(path, yaml.safe_dump(data, sort_keys=False))
+
+
+def for_launcher(run: Path, first_process: int) -> Path:
+    """Where one launcher of a job keeps its records when every launcher was given the same run.dir.
+
+    A job started by several moekits (one per Slurm task or node) on a shared filesystem must not have them
+    write one manifest: the launcher of process 0 owns `run`; the one whose first process is k keeps its
+    logs, metrics and manifest in `run`/launchers/k.
+    """
+    return run if first_process == 0 else run / LAUNCHERS / str(first_process)
 
 
 def new_run_dir(base: Path, experiment: str, now: datetime) -> Path:

@@ -56,6 +56,13 @@ def join(environ: dict[str, str]) -> None:
         local_device_ids=[int(i) for i in ids.split(",")] if ids else None,
         initialization_timeout=timeout,
     )
+    if environ.get("JAX_PLATFORMS") == "cpu":
+        # XLA:CPU makes the gloo communicator of a device group at its first collective and gives the other
+        # processes a fixed 30 s to arrive; on a busy host their compile times differ by more. One collective
+        # now, while the processes are in step, makes the all-devices communicator that training reuses.
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices("moekit rendezvous")
     print(JOINED, flush=True)
 
 

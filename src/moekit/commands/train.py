@@ -136,22 +136,22 @@ def ensure_te_present(cfg: Config) -> None:
 
 
 def resolve_run_dir(
-    cfg: Config, now: datetime, config_view: dict[str, Any], cwd: Path, node: int = 0
+    cfg: Config, now: datetime, config_view: dict[str, Any], cwd: Path, first_process: int = 0
 ) -> tuple[Path, Path, dict | None]:
-    """(run directory, this node's records in it, previous manifest when it names an unfinished run of this config).
+    """(run directory, this launcher's records in it, previous manifest when it names an unfinished run of this config).
 
     Paths are made absolute here, before MaxText sees them (Orbax refuses relative checkpoint paths).
     """
     configured = rundir.configured_dir(cfg)
     if configured:
         run = rundir.absolute(configured, cwd)
-        records = rundir.node_records(run, node)
+        records = rundir.for_launcher(run, first_process)
         fix = None if cfg.run.dir else "choose a new cluster.name (the run directory is named after it) or a run.dir"
         previous = attempts.check_reusable(records, config_view, fix)
         records.mkdir(parents=True, exist_ok=True)
         return run, records, previous
     run = rundir.new_run_dir(rundir.absolute(cfg.run.base_dir, cwd), cfg.experiment_name, now)
-    records = rundir.node_records(run, node)
+    records = rundir.for_launcher(run, first_process)
     records.mkdir(parents=True, exist_ok=True)
     return run, records, None
 
@@ -216,8 +216,8 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     ensure_gpus_present(cfg, Path("/dev"))
     ensure_te_present(cfg)
     te_gmm_preflight.ensure_ready(cfg)
-    node = int(procs[0].get(rz.PROCESS_ID, 0)) // cfg.cluster.processes_per_node
-    root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), node)
+    first_process = int(procs[0].get(rz.PROCESS_ID, 0))
+    root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), first_process)
     with attempts.locked(run):
         return _run(cfg, root, run, previous, procs, environ, shown_overrides, config_view, scrub, now, phase)
 
@@ -239,7 +239,7 @@ def _run(
     attempt = attempts.set_aside(run)
     resume_step = attempts.latest_checkpoint(root, cfg.run_name)
     metrics_path = run / rundir.METRICS
-    job = jobmod.build(cfg, str(root), str(metrics_path))  # one checkpoint set for all nodes, in the run directory
+    job = jobmod.build(cfg, str(root), str(metrics_path))  # one checkpoint set for all launchers, in the run directory
     view = describe(cfg, redacted_job(job, names), procs)
     inherited = {k: v for k, v in sorted(environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
     rundir.write_yaml(run / rundir.CONFIG, config_view)

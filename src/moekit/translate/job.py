@@ -77,7 +77,13 @@ def processes(cfg: Config, environ: dict[str, str], rendezvous_timeout_s: int | 
     elif c.kind == "jobset":
         found = rz.from_jobset(environ, c.processes_per_node, c.gpus_per_node, gpu)
     else:
-        found = rz.from_slurm(environ, c.coordinator_port, c.processes_per_node, c.gpus_per_node, gpu)
+        found = rz.from_slurm(environ, c.coordinator_port, c.processes_per_node, c.gpus_per_node, gpu, c.task_layout)
+        if len(found) < cfg.num_processes and not cfg.run.dir:
+            raise rz.RendezvousError(
+                "this Slurm task starts only some of the job's processes, and without run.dir each task would "
+                "make a run directory of its own; give them one: run.dir=PATH (the rendered script sets "
+                "run.dir=<run.base_dir>/<experiment>/slurm-$SLURM_JOB_ID)."
+            )
     if found[0].num_processes != cfg.num_processes:
         raise rz.RendezvousError(
             f"the environment describes {found[0].num_processes} processes but the config {cfg.num_processes} "
