@@ -7,10 +7,10 @@ them so a user sees every problem at once. Pure: no environment, files or clock.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
+from moekit.config import formats
 from moekit.config.schema import Config
 from moekit.errors import ConfigError
 from moekit.redact import is_secret_name
@@ -22,7 +22,7 @@ class Problem(NamedTuple):
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.key}: {self.what}\n    fix: {self.fix}"
+        return f"{self.key}: {self.what}" + (f"\n    fix: {self.fix}" if self.fix else "")
 
 
 Check = Callable[[Config], Iterator[Problem]]
@@ -79,6 +79,16 @@ def processes_fit_devices(cfg: Config) -> Iterator[Problem]:
             "cluster.gpus_per_node",
             f"{c.gpus_per_node} host devices do not split evenly over {c.processes_per_node} processes",
             "make cluster.gpus_per_node a multiple of cluster.processes_per_node",
+        )
+
+
+@check
+def local_is_one_host(cfg: Config) -> Iterator[Problem]:
+    if cfg.cluster.kind == "local" and cfg.cluster.nodes != 1:
+        yield Problem(
+            "cluster.nodes",
+            f"cluster=local runs on one host but cluster.nodes={cfg.cluster.nodes}",
+            "cluster.nodes=1, or cluster=jobset / cluster=slurm for a multi-node job (moekit render ... target=jobset)",
         )
 
 
@@ -283,32 +293,109 @@ def attention_supported(cfg: Config) -> Iterator[Problem]:
         )
 
 
-# Kubernetes names: a JobSet name is a DNS-1035 label, a namespace a DNS-1123 label (both <= 63 characters).
-_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-# Process 0's hostname <name>-workers-0-0.<name> (render/jobset.py) must itself fit in 63 characters.
-_JOBSET_NAME_MAX = (63 - len("-workers-0-0.")) // 2
+@check
+def job_names(cfg: Config) -> Iterator[Problem]:
+    """One rule for the names a cluster job gets (JobSet, pods, Compose services, Slurm job)."""
+    c = cfg.cluster
+    if c.kind == "local":
+        return
+    name = formats.job_name(cfg)
+    why = formats.JOB_NAME.problem(name)
+    if why:
+        source = "" if c.name else f" (from experiment_name={cfg.experiment_name})"
+        yield Problem("cluster.name", f"job name {name!r}{source} {why}", f"cluster.name={formats.job_name_fix(name)}")
+
+
+# Field (dotted path; '*' is any mapping key or list index) -> the kind of text it holds, and the fix to print
+# ({path}: the field). A field not listed holds any one-line printable text (each file quotes it for its format).
+F = formats
+FIELD_FORMATS: tuple[tuple[str, formats.Format, str], ...] = (
+    ("experiment_name", F.EXPERIMENT_NAME, "experiment_name=smoke (or leave it to the experiment file)"),
+    ("run.name", F.PATH_COMPONENT, "run.name=my-run"),
+    ("run.secrets.*", F.OPTION_NAME, "name it as written in the environment or config, e.g. run.secrets=[HF_TOKEN]"),
+    ("model.name", F.OPTION_NAME, "model.name=deepseek3-tiny (a file in MaxText's configs/models/)"),
+    ("model.attention", F.OPTION_NAME, "model.attention=dot_product"),
+    ("memory.name", F.OPTION_NAME, "memory.name=custom"),
+    ("memory.remat_policy", F.OPTION_NAME, "memory.remat_policy=full"),
+    ("xla.name", F.OPTION_NAME, "xla.name=custom"),
+    ("xla.flags.*", F.XLA_FLAG_VALUE, "write {path} as one word (a list as items joined by ',', e.g. FUSION,CUBLAS)"),
+    ("hardware.name", F.OPTION_NAME, "hardware=cpu (choose an option file rather than naming one)"),
+    ("hardware.arch", F.OPTION_NAME, "hardware.arch=hopper"),
+    ("network.name", F.OPTION_NAME, "network=none (choose an option file rather than naming one)"),
+    ("network.capabilities.*", F.CAPABILITY, "network.capabilities=[IPC_LOCK]"),
+    ("network.resource_claim_template", F.DNS_SUBDOMAIN, "network.resource_claim_template=moekit-compute-domain"),
+    ("network.min_kubernetes", F.VERSION, "network.min_kubernetes=1.30"),
+    ("cluster.image", F.IMAGE, "cluster.image=moekit:latest"),
+    ("cluster.namespace", F.DNS_LABEL, "cluster.namespace=default"),
+    ("cluster.queue", F.DNS_LABEL, "cluster.queue=team-a (the LocalQueue's name)"),
+    ("cluster.service_account", F.DNS_SUBDOMAIN, "cluster.service_account=trainer"),
+    ("cluster.node_selector.*", F.LABEL_VALUE, "give {path} a label value, e.g. NVIDIA-H200"),
+    ("cluster.tolerations.*.key", F.LABEL_KEY, "give {path} a taint key, e.g. nvidia.com/gpu"),
+    ("cluster.tolerations.*.value", F.LABEL_VALUE, "give {path} a taint value, e.g. ml"),
+    ("cluster.secrets.*.env", F.ENV_NAME, "give {path} a variable name, e.g. HF_TOKEN"),
+    ("cluster.secrets.*.secret", F.DNS_SUBDOMAIN, "give {path} the Secret's name, e.g. hf-token"),
+    ("cluster.secrets.*.key", F.SECRET_KEY, "give {path} the key inside the Secret, e.g. token"),
+    ("cluster.partition", F.SLURM_NAME, "cluster.partition=gpu (the name `sinfo` shows)"),
+    ("cluster.account", F.SLURM_NAME, "cluster.account=ml (the name `sacctmgr show assoc` shows)"),
+    ("cluster.time_limit", F.SLURM_TIME, "cluster.time_limit=02:00:00"),
+)
+KEY_FORMATS: tuple[tuple[str, formats.Format, str], ...] = (  # mapping, format of its keys, example key
+    ("maxtext.extra", F.MAXTEXT_KEY, "log_period"),
+    ("model.extra", F.MAXTEXT_KEY, "base_emb_dim"),
+    ("memory.tensors", F.MAXTEXT_KEY, "moe_mlpwi_0"),
+    ("xla.flags", F.XLA_FLAG_NAME, "xla_gpu_enable_latency_hiding_scheduler"),
+    ("cluster.node_selector", F.LABEL_KEY, "nvidia.com/gpu.product"),
+    ("network.resources", F.RESOURCE_NAME, "rdma/rdma_shared_device_a"),
+    *((f"{section}.env", F.ENV_NAME, "NCCL_DEBUG") for section in ("memory", "xla", "hardware", "network", "cluster")),
+)
+# XLA_FLAGS is built from xla.flags, where every flag is checked; an env entry of that name would bypass it.
+RESERVED_ENV = {"XLA_FLAGS": "xla.flags.NAME=VALUE (each flag is checked)"}
+
+
+def _texts(node: object, path: str = "") -> Iterator[tuple[str, str, bool]]:
+    """(dotted path, text, is a mapping key) for every string in a config tree."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            where = f"{path}.{k}" if path else str(k)
+            yield where, str(k), True
+            yield from _texts(v, where)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _texts(v, f"{path}.{i}")
+    elif isinstance(node, str):
+        yield path, node, False
+
+
+def _matches(path: str, pattern: str) -> bool:
+    parts, want = path.split("."), pattern.split(".")
+    return len(parts) == len(want) and all(w in ("*", p) for p, w in zip(parts, want, strict=True))
 
 
 @check
-def jobset_names(cfg: Config) -> Iterator[Problem]:
-    c = cfg.cluster
-    if c.kind != "jobset":
-        return
-    name = c.name or cfg.experiment_name.replace("_", "-").lower()
-    if not _DNS1035.fullmatch(name) or len(name) > _JOBSET_NAME_MAX:
-        yield Problem(
-            "cluster.name",
-            f"JobSet name '{name}' is not a DNS-1035 label of at most {_JOBSET_NAME_MAX} characters "
-            "(lower-case letters, digits and '-', starting with a letter; pod hostnames repeat it twice)",
-            f"cluster.name={(re.sub(r'[^a-z0-9-]+', '-', name.lower()).strip('-') or 'moe')[:_JOBSET_NAME_MAX]}",
-        )
-    if not _DNS1123.fullmatch(c.namespace) or len(c.namespace) > 63:
-        yield Problem(
-            "cluster.namespace",
-            f"namespace '{c.namespace}' is not a DNS-1123 label (lower-case letters, digits and '-', <= 63)",
-            "cluster.namespace=default, or the name `kubectl get namespaces` shows",
-        )
+def text_fits_its_format(cfg: Config) -> Iterator[Problem]:
+    """Every string is one line of printable text, and identifiers have their format (config/formats.py)."""
+    for path, text, is_key in _texts(cfg.to_dict()):
+        bad = formats.unprintable(text)
+        if bad:
+            what = "key" if is_key else "value"
+            yield Problem(
+                path,
+                f"the {what} {text!r} holds {bad}: moekit writes every config value into one-line places (the "
+                "`# render:` line of each rendered file, #SBATCH options, XLA_FLAGS, command lines)",
+                f"write {path} without it (one line of printable text)",
+            )
+            continue
+        if is_key:
+            parent = path.rsplit(".", 1)[0]
+            for mapping, fmt, example in KEY_FORMATS:
+                if _matches(parent, mapping) and (why := fmt.problem(text)):
+                    yield Problem(path, f"the key {text!r} {why}", f"name it like {mapping}.{example}")
+            if parent.endswith(".env") and text in RESERVED_ENV:
+                yield Problem(path, f"{text} is built by moekit", f"set it through {RESERVED_ENV[text]}")
+            continue
+        for field, fmt, fix in FIELD_FORMATS:
+            if _matches(path, field) and (why := fmt.problem(text)):
+                yield Problem(path, f"{text!r} {why}", fix.format(path=path))
 
 
 @check

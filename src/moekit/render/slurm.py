@@ -2,6 +2,8 @@
 
 rendezvous.from_slurm finds the node rank (SLURM_NODEID) and the coordinator (first host of
 SLURM_JOB_NODELIST); moekit then starts cluster.processes_per_node processes in each task.
+The #SBATCH values are checked at validation (config/formats.py: names, time limit), since an option line
+cannot be quoted; the command line is shell-quoted.
 """
 
 from __future__ import annotations
@@ -9,11 +11,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from moekit.config import formats
 from moekit.config.schema import Config
-
-
-def job_name(cfg: Config) -> str:
-    return cfg.cluster.name or cfg.experiment_name.replace("_", "-")
 
 
 def train_command(cfg: Config, overrides: Sequence[str]) -> list[str]:
@@ -22,7 +21,7 @@ def train_command(cfg: Config, overrides: Sequence[str]) -> list[str]:
 
 
 def script(cfg: Config, overrides: Sequence[str], head: Sequence[str]) -> str:
-    c, name = cfg.cluster, job_name(cfg)
+    c, name = cfg.cluster, formats.job_name(cfg)
     sbatch = [
         f"--job-name={name}",
         f"--nodes={c.nodes}",
