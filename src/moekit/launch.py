@@ -5,11 +5,14 @@ to their own logs. When any process fails, the rest are stopped: a JAX job canno
 of its members, and a process left waiting at a collective would hang forever.
 
 A pump never dies while its process lives: when its log cannot be written (disk full) or the callback fails
-(stdout closed), it keeps reading, so the process never blocks on a full pipe and the group always ends.
+(stdout closed), it keeps reading, so the process never blocks on a full pipe. A full disk can still hang the
+process itself (MaxText 0.2.5 waits forever once its TensorBoard writer thread died of ENOSPC), so a group
+whose log has hit a full disk is given `full_disk_grace_s` to end on its own, then stopped.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -49,6 +52,7 @@ class _Pump:
     def __init__(self, stream, log: Path, on_line: Callable[[str], None] | None, scrub: Callable[[str], str] | None):
         self.stream, self.log, self.on_line, self.scrub = stream, log, on_line, scrub
         self.error: str | None = None
+        self.disk_full_at: float | None = None  # when a write to the log failed for lack of space
         self.unlogged: deque[str] = deque(maxlen=KEEP_UNLOGGED)
 
     def __call__(self) -> None:
@@ -82,6 +86,8 @@ class _Pump:
                 return fh
             except OSError as exc:  # ENOSPC, EDQUOT, EIO: stop writing, keep reading
                 self.error = f"cannot write {self.log}: {exc}"
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    self.disk_full_at = time.monotonic()
                 try:
                     fh.close()
                 except OSError:
@@ -95,8 +101,10 @@ def run(
     on_line: Callable[[str], None] | None = None,
     grace_s: float = 10.0,
     scrub: Callable[[str], str] | None = None,
+    full_disk_grace_s: float = 30.0,
 ) -> Outcome:
-    """Run every process to completion; stop the group as soon as one fails.
+    """Run every process to completion; stop the group as soon as one fails, or `full_disk_grace_s` after a log
+    could not be written for lack of space (that process then counts as the failed one).
 
     `scrub` rewrites each output line before it reaches a log or `on_line` (secrets never land on disk).
     """
@@ -126,6 +134,10 @@ def run(
             bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
             if bad and failed is None:
                 failed = bad[0]
+                _stop(procs, grace_s)
+            full = [i for i, p in enumerate(pumps) if p.disk_full_at is not None and codes[i] is None]
+            if full and failed is None and time.monotonic() - pumps[full[0]].disk_full_at > full_disk_grace_s:
+                failed = full[0]
                 _stop(procs, grace_s)
             if all(c is not None for c in codes):
                 break

@@ -243,7 +243,7 @@ def _run(
         print()
 
     unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
-    _survive(unrecorded, attempts.merge_metrics, run)
+    _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
     if interrupted is not None:
         failure = failures.Failure(
             failures.KILLED.name, failures.KILLED.title, 128 + interrupted.signum, f"moekit received {interrupted}"
@@ -256,7 +256,10 @@ def _run(
     summ: dict[str, Any] = {}
     if metrics_path.is_file():
         peaks = cfg.hardware.peak_tflops.model_dump()
-        summ = _survive(unrecorded, lambda: summary.summarize(metrics.read(metrics_path), peaks)) or {}
+        summ = (
+            _survive(unrecorded, "the metrics summary", lambda: summary.summarize(metrics.read(metrics_path), peaks))
+            or {}
+        )
     record = {
         "experiment": cfg.experiment_name,
         "run_dir": str(run),
@@ -274,7 +277,7 @@ def _run(
         "wall_s": round(outcome.wall_s, 2),
         **summ,
     }
-    _survive(unrecorded, rundir.write_json, run / rundir.SUMMARY, record)
+    _survive(unrecorded, rundir.SUMMARY, rundir.write_json, run / rundir.SUMMARY, record)
     status = {
         "status": "ok" if failure is None else "failed",
         "ended": datetime.now(UTC).isoformat(),
@@ -285,7 +288,13 @@ def _run(
     if any(outcome.log_errors) or unrecorded:
         status["incomplete"] = [e for e in outcome.log_errors if e] + unrecorded
     this = {"attempt": attempt, "started": base["started"], "resumed_from_checkpoint": resume_step, **status}
-    _survive(unrecorded, rundir.write_record, run / rundir.MANIFEST, {**base, **status, "attempts": [*history, this]})
+    _survive(
+        unrecorded,
+        rundir.MANIFEST,
+        rundir.write_record,
+        run / rundir.MANIFEST,
+        {**base, **status, "attempts": [*history, this]},
+    )
     for problem in [e for e in outcome.log_errors if e] + unrecorded:
         print(f"moekit: warning: {problem}", file=sys.stderr)
     if summ.get("steps"):
@@ -331,12 +340,12 @@ def _log_lines(log: Path, outcome: launch.Outcome, rank: int) -> Iterator[Iterab
             fh.close()
 
 
-def _survive(problems: list[str], fn: Callable[..., Any], *args: Any) -> Any:
+def _survive(problems: list[str], what: str, fn: Callable[..., Any], *args: Any) -> Any:
     """fn(*args); an OSError (a full disk) is noted in `problems` instead of ending moekit before it records."""
     try:
         return fn(*args)
     except OSError as exc:
-        problems.append(f"{getattr(fn, '__name__', 'a write')}: {exc}")
+        problems.append(f"could not record {what}: {exc}")
         return None
 
 

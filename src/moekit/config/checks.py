@@ -99,9 +99,15 @@ def experts_divide_over_ep(cfg: Config) -> Iterator[Problem]:
         yield Problem(
             "parallelism.ici.expert",
             f"{cfg.model.num_experts} experts do not divide evenly over expert parallelism {ep}",
-            f"choose an expert-parallel size that divides {cfg.model.num_experts} "
-            f"(e.g. parallelism.ici.expert={math.gcd(cfg.model.num_experts, ep)}) or change model.num_experts",
+            f"an expert-parallel size that divides {cfg.model.num_experts}: "
+            f"{_expert_axis_fix(cfg, math.gcd(cfg.model.num_experts, ep))} (or change model.num_experts)",
         )
+
+
+def _expert_axis_fix(cfg: Config, size: int) -> str:
+    """parallelism.ici.expert=SIZE, plus an axis at -1 to fill the devices when no other axis does."""
+    others = [k for k, v in cfg.parallelism.ici.items() if v == -1 and k != "expert"]
+    return f"parallelism.ici.expert={size}" + ("" if others else " parallelism.ici.fsdp=-1")
 
 
 @check
@@ -142,9 +148,18 @@ def dropless(cfg: Config) -> Iterator[Problem]:
             "moe.capacity_factor",
             f"capacity_factor={cfg.moe.capacity_factor} (moe={cfg.moe.backend}) drops tokens past expert capacity: "
             "this is not dropless training",
-            "use a dropless back end (moe=tokamax, moe=dense, moe=te) or set moe.allow_token_dropping=true "
-            "for a deliberate baseline",
+            _dropless_fix(cfg) + " or moe.allow_token_dropping=true for a deliberate baseline",
         )
+
+
+def _dropless_fix(cfg: Config) -> str:
+    """Ways to dropless training from this config, each one complete (it passes the checks as written)."""
+    if cfg.moe.backend != "capacity":  # a dropless back end with a capacity set
+        return "moe.capacity_factor=-1 (dropless)"
+    gpu = cfg.hardware.platform == "gpu"
+    return "a dropless back end: " + (
+        " or ".join(["moe=tokamax", "moe=dense"] if gpu else ["moe=ragged_dot", "moe=dense"])
+    )
 
 
 @check
@@ -154,7 +169,8 @@ def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
             "moe",
             "moe=megablox is MaxText's TPU Pallas kernel; on GPU it runs in interpret mode "
             "(measured 31 TFLOP/s/device vs 278 for moe=tokamax on one H200, MaxText 0.2.5, 2026-12-02)",
-            "use moe=tokamax (or moe=te on the NGC image); moe.force=true runs it anyway",
+            "moe=tokamax, or moe.force=true to run it anyway (the TE back end, on the NGC image, needs one process "
+            "per GPU and at least 2 of them)",
         )
 
 
@@ -266,7 +282,8 @@ def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
             "moe.dispatch",
             f"expert parallelism {ep} with the ragged all-to-all dispatch: XLA:CPU does not implement "
             "ragged_all_to_all",
-            "moe.dispatch=ring (ring of experts; with moe=megablox on CPU), or parallelism.ici.expert=1",
+            "moe=megablox moe.dispatch=ring (ring of experts, the expert-parallel dispatch XLA:CPU runs), or "
+            f"{_expert_axis_fix(cfg, 1)}",
         )
 
 

@@ -60,7 +60,7 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
         if ("=" not in o and not o.startswith("~")) or not key:
             raise ConfigError(
                 f"override {o!r} is not key=value or group=option.\n"
-                "  fix: write it as a.b=VALUE (e.g. train.steps=20) or group=option (e.g. moe=tokamax)"
+                "  fix: write it as KEY=VALUE (e.g. train.steps=20) or GROUP=OPTION (e.g. moe=tokamax)"
             )
         if bad := formats.unprintable(o):
             raise ConfigError(
@@ -111,7 +111,7 @@ def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> 
         )
     return (
         f"could not compose the configuration: {first}\n"
-        "  fix: write each override as key=value (lists as key=[a,b]; quote values with spaces or brackets)"
+        "  fix: write each override as KEY=VALUE (lists as KEY=[a,b]; quote values with spaces or brackets)"
     )
 
 

@@ -18,13 +18,14 @@ from moekit.config.schema import Config
 # (bidirectional overrides that make a reviewed line read differently), line/paragraph separators (YAML
 # ends a comment line at U+2028/U+2029) and lone surrogates.
 _REFUSED_CATEGORIES = ("Cc", "Cf", "Zl", "Zp", "Cs")
+_CONTROL_NAMES = {"\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\t": "TAB", "\0": "NUL", "\x1b": "ESCAPE"}
 
 
 def unprintable(text: str) -> str | None:
     """The first character a one-line printable text cannot hold, named (e.g. 'U+000A LINE FEED'); else None."""
     for ch in text:
         if unicodedata.category(ch) in _REFUSED_CATEGORIES:
-            return f"U+{ord(ch):04X} {unicodedata.name(ch, 'control character')}"
+            return f"U+{ord(ch):04X} {_CONTROL_NAMES.get(ch) or unicodedata.name(ch, 'CONTROL CHARACTER')}"
     return None
 
 
