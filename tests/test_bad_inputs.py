@@ -41,7 +41,13 @@ CASES = [
     ("unknown-hardware", [*S, "hardware=tpu"], "hardware=", "valid options for hardware=", "fix: hardware="),
     # wrong types and ranges
     ("steps-not-int", [*S, "train.steps=ten"], "train.steps", "valid integer", "e.g. train.steps=10"),
-    ("batch-not-number", [*S, "train.per_device_batch_size=abc"], "train.per_device_batch_size", "number", "e.g."),
+    (
+        "batch-not-number",
+        [*S, "train.per_device_batch_size=abc"],
+        "train.per_device_batch_size",
+        "valid integer",
+        "e.g.",
+    ),
     ("steps-zero", [*S, "train.steps=0"], "train.steps", "greater than or equal to 1", "give train.steps a value"),
     ("seq-too-short", [*S, "train.seq_len=4"], "train.seq_len", "greater than or equal to 8", "train.seq_len=128"),
     ("precision-name", [*S, "precision.name=fp4"], "precision.name", "'fp32', 'bf16', 'fp8' or 'mxfp8'", "give"),
@@ -132,7 +138,7 @@ CASES = [
         [*R, "target=slurm", "experiment_name=a_rather_long_experiment_name"],
         "cluster.name",
         "(from experiment_name=a_rather_long_experiment_name)",
-        "cluster.name=a-rather-long-experiment-n",
+        "cluster.name=a-rather-long-experiment",
     ),
     (
         "jobset-namespace",

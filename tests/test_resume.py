@@ -40,13 +40,13 @@ def _alive_workers(run: Path) -> list[int]:
     return found
 
 
-def _kill_after_checkpoint(run: Path, timeout_s: float = 420) -> None:
-    """Start the run, SIGKILL moekit once the checkpoint of step 3 is committed and step 4 has run.
+def _kill_after_checkpoint(run: Path, timeout_s: float = 420, command: list[str] = COMMON, ckpt: int = 3) -> None:
+    """Start the run, SIGKILL moekit once the checkpoint of step `ckpt` is committed and the step after it has run.
 
-    Checkpoints of steps 6, 9 and 11 are still to come then, so the run cannot finish before the kill lands.
+    Later checkpoints are still to come then, so the run cannot finish before the kill lands.
     """
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moekit", *COMMON, f"run.dir={run}"],
+        [sys.executable, "-m", "moekit", *command, f"run.dir={run}"],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -56,13 +56,13 @@ def _kill_after_checkpoint(run: Path, timeout_s: float = 420) -> None:
     try:
         while time.monotonic() < deadline:
             assert proc.poll() is None, "the run ended before it could be killed"
-            ckpt = (run / "smoke" / "checkpoints" / "3").is_dir()
+            committed = (run / "smoke" / "checkpoints" / str(ckpt)).is_dir()
             metrics = run / "metrics.jsonl"
-            if ckpt and metrics.is_file() and max(_steps_partial(metrics), default=-1) >= 4:
+            if committed and metrics.is_file() and max(_steps_partial(metrics), default=-1) >= ckpt + 1:
                 break
             time.sleep(0.05)
         else:
-            pytest.fail("no checkpoint of step 3 within the time limit")
+            pytest.fail(f"no checkpoint of step {ckpt} within the time limit")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # moekit only: its workers run in sessions of their own
         proc.wait()
@@ -151,3 +151,29 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
     third = moekit(*COMMON, f"run.dir={run}")
     assert third.returncode != 0 and "finished run" in third.stderr and "Traceback" not in third.stderr
     assert (run / "metrics.jsonl").read_bytes() == before
+
+
+@pytest.mark.integration
+def test_a_corrupt_checkpoint_is_set_aside_and_the_one_before_resumes(tmp_path):
+    """The newest checkpoint lost a file after it was committed: the relaunch fails restoring it (Orbax: "incompatible
+    handler"), moekit classifies that, moves the checkpoint aside, says so, and resumes from the one before."""
+    steps = 6
+    command = ["train", "experiment=smoke", f"train.steps={steps}", "checkpoint.every=2"]
+    run = tmp_path / "run"
+    _kill_after_checkpoint(run, command=command, ckpt=2)
+    (run / "smoke" / "checkpoints" / "2" / "items" / "_METADATA").unlink()  # what a partial copy leaves
+
+    again = moekit(*command, f"run.dir={run}", timeout=900)
+    assert again.returncode == 0, again.stderr[-3000:]
+    aside = run / "corrupt_checkpoints" / "2"
+    assert f"the checkpoint of step 2 does not restore; it is kept aside in {aside}" in again.stderr
+    assert "Resuming from the checkpoint of step 0 instead" in again.stderr
+    assert (aside / "items").is_dir() and not (run / "smoke" / "checkpoints" / "2").exists()
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and manifest["resumed_from_checkpoint"] == 0
+    history = manifest["attempts"]
+    assert [h["status"] for h in history] == ["failed", "failed", "ok"]
+    assert history[1]["failure"]["class"] == "corrupt_checkpoint"
+    assert history[1]["failure"]["set_aside"] == {"checkpoint": 2, "moved_to": str(aside)}
+    assert _steps(run / "metrics.jsonl") == list(range(steps))

@@ -92,7 +92,7 @@ CLASSES = (
             r"validation errors? for \w*Config",
             r'File ".*/maxtext/configs/',
             r"Requested training up to step",
-            r"Unknown flags in XLA_FLAGS",
+            r"Unknown flags? in XLA_FLAGS",
             r"Couldn't interpret value .* for flag",
             r"moekit: configuration error",
         ),
@@ -150,28 +150,39 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
+def _excerpt(line: str, match: re.Match[str], width: int = 300) -> str:
+    """The line, or the part of a long one around what matched."""
+    line = line.strip()
+    if len(line) <= width:
+        return line
+    start = max(0, min(match.start() - width // 2, len(line) - width))
+    return ("..." if start else "") + line[start : start + width] + ("..." if start + width < len(line) else "")
+
+
 def classify(returncode: int, log: str | Iterable[str], tail_lines: int = TAIL_LINES) -> Failure:
     """The class of one failed process (returncode != 0) from its output: text or lines (an open log file
     streams: only the last `tail_lines` are kept in memory, whole-log classes see every line)."""
     lines = log.splitlines() if isinstance(log, str) else log
     tail: deque[str] = deque(maxlen=tail_lines)
-    whole = [cls for cls in CLASSES if cls.whole_log]
+    whole = [(cls, [re.compile(p) for p in cls.patterns]) for cls in CLASSES if cls.whole_log]
     found: dict[str, str] = {}
     for line in lines:
         tail.append(line)
-        for cls in whole:
-            if cls.name not in found and any(re.search(p, line) for p in cls.patterns):
-                found[cls.name] = line.rstrip("\n")
+        for cls, rxs in whole:
+            if cls.name not in found:
+                m = next((m for rx in rxs if (m := rx.search(line))), None)
+                if m:
+                    found[cls.name] = _excerpt(line, m)
     for cls in CLASSES:
         if cls.whole_log:
             if cls.name in found:
-                return Failure(cls.name, cls.title, returncode, found[cls.name].strip()[:300])
+                return Failure(cls.name, cls.title, returncode, found[cls.name])
             continue
         for pattern in cls.patterns:
             rx = re.compile(pattern)
             for line in reversed(tail):
-                if rx.search(line):
-                    return Failure(cls.name, cls.title, returncode, line.strip()[:300])
+                if m := rx.search(line):
+                    return Failure(cls.name, cls.title, returncode, _excerpt(line, m))
     text = "\n".join(tail)
     if JOINING in text and JOINED not in text:
         return Failure("rendezvous_timeout", "rendezvous timeout", returncode, "the process never joined the job")

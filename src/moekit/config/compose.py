@@ -109,10 +109,25 @@ def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> 
             "  a comma-separated value is a sweep: run one job per value with `moekit train -m ...`,\n"
             "  or write a list as key=[a,b]"
         )
+    culprit = _unparsable(overrides)
+    where = f" (in the override {culprit!r})" if culprit else ""
     return (
-        f"could not compose the configuration: {first}\n"
+        f"could not compose the configuration: {first}{where}\n"
         "  fix: write each override as KEY=VALUE (lists as KEY=[a,b]; quote values with spaces or brackets)"
     )
+
+
+def _unparsable(overrides: Sequence[str]) -> str | None:
+    """The first override Hydra's grammar cannot parse, to name it in the message."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for o in overrides:
+        try:
+            parser.parse_overrides([o])
+        except Exception:  # Hydra's OverrideParseException and the lexer's own errors
+            return o.removeprefix("++")
+    return None
 
 
 def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:

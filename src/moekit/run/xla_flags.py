@@ -22,8 +22,8 @@ from moekit import cache
 
 OK, UNKNOWN, BAD_VALUE = "ok", "unknown", "bad value"
 _PROBE = "import jax; jax.devices()"  # starting a client parses XLA_FLAGS
-_UNKNOWN = re.compile(r"Unknown flags in XLA_FLAGS: (.*)")
-_BAD_VALUE = re.compile(r"Couldn't interpret value .* for flag (\S+?)\.?$")
+_UNKNOWN = re.compile(r"Unknown flags? in XLA_FLAGS: (.*)")
+_BAD_VALUE = re.compile(r"Couldn't interpret value (.*) for flag (\S+?)\.?$")
 
 
 class Unanswered(Exception):
@@ -81,9 +81,9 @@ def _ask(flags: list[str], environ: Mapping[str, str] | None, timeout_s: float) 
         return None
     out = proc.stdout + proc.stderr
     unknown = {flag_name(w) for m in _UNKNOWN.finditer(out) for w in m.group(1).split()}
-    bad = {m.group(1) for line in out.splitlines() if (m := _BAD_VALUE.search(line.strip()))}
+    bad = {f"--{m.group(2)}={m.group(1)}" for line in out.splitlines() if (m := _BAD_VALUE.search(line.strip()))}
     found = {f: UNKNOWN for f in flags if flag_name(f) in unknown}
-    found |= {f: BAD_VALUE for f in flags if flag_name(f) in bad and f not in found}
+    found |= {f: BAD_VALUE for f in flags if f in bad and f not in found}
     if not found:
         tail = "\n".join(out.strip().splitlines()[-5:])
         raise Unanswered(f"XLA failed to start with these flags, for a reason other than a flag:\n{tail}")
