@@ -168,7 +168,8 @@ def test_a_corrupt_checkpoint_is_set_aside_and_the_one_before_resumes(tmp_path):
     aside = run / "corrupt_checkpoints" / "2"
     assert f"the checkpoint of step 2 does not restore; it is kept aside in {aside}" in again.stderr
     assert "Resuming from the checkpoint of step 0 instead" in again.stderr
-    assert (aside / "items").is_dir() and not (run / "smoke" / "checkpoints" / "2").exists()
+    assert (aside / "items").is_dir() and not (aside / "items" / "_METADATA").exists()
+    assert (run / "smoke" / "checkpoints" / "2" / "items" / "_METADATA").is_file()  # saved anew after resuming
 
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "ok" and manifest["resumed_from_checkpoint"] == 0
