@@ -228,6 +228,7 @@ CASES = [
         "container image reference",
         "cluster.image=moekit:latest",
     ),
+    ("tune-preset-name", ["tune", "experiment=smoke", "--name", "../evil"], "--name", "names a folder", "smoke_tuned"),
     # MaxText's own validator, before launch
     (
         "unknown-maxtext-key",

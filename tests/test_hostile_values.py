@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -21,9 +22,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from omegaconf import OmegaConf
 from pydantic import BaseModel
 
-from conftest import compose, moekit
+from conftest import REPO, compose, moekit
 from moekit.config import formats, schema
 from moekit.config.checks import problems
 from moekit.config.schema import Config
@@ -318,3 +320,53 @@ def test_hydra_delivers_hostile_text_unchanged():
     for value in PRINTABLE:
         cfg = compose("smoke", [f"cluster.env.SAFE_NAME={_hydra_quoted(value)}"])
         assert cfg.cluster.env["SAFE_NAME"] == value
+
+
+# ---- files written from measured results: the preset table, a tuned preset ----
+
+
+def _run_presets():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_presets", REPO / "benchmarks" / "run_presets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("value", PRINTABLE + ["two\nlines | and a pipe"], ids=lambda v: repr(v)[:24])
+def test_preset_table_keeps_its_columns(value):
+    presets = _run_presets()
+    results = {
+        "experiment": "dsv3_proxy_h200",
+        "reference": "dense",
+        "presets": {
+            "dense": {"overrides": ["moe=dense"], "status": "ok", "batch": [2, 128], "losses": [1.0]},
+            "bad": {"overrides": ["x=`a|b`"], "status": "failed", "error": value, "batch": [2, 128]},
+        },
+    }
+    lines = presets.table(results).splitlines()
+    rows = [ln for ln in lines if ln.startswith("|")]
+    assert len(rows) == 4 and len(lines) == 2 + len(rows)  # one caption paragraph, a blank line, the table
+    width = len(re.split(r"(?<!\\)\|", rows[0]))
+    assert all(len(re.split(r"(?<!\\)\|", r)) == width for r in rows)
+
+
+def test_tuned_preset_is_yaml_that_holds_the_winner():
+    from moekit.commands import tune
+
+    hostile = "a: b # c ${x} `id`"
+    best = {
+        "overrides": ["experiment=smoke", f"cluster.env.NOTE={_hydra_quoted(hostile)}", "moe=dense"],
+        "tflops_per_device": 1.0,
+        "step_time_s": 0.5,
+        "run_dir": "/r",
+        "versions": {"host": "h", "platform": "p"},
+    }
+    text = tune.preset_yaml("smoke_tuned", best)
+    data = yaml.safe_load(text)
+    assert all(line.startswith("#") for line in text.splitlines()[:2])
+    # The preset is a Hydra config file: OmegaConf reads it, and gets the value back (\${ is its escape of ${).
+    resolved = OmegaConf.to_container(OmegaConf.create(data), resolve=True)
+    assert resolved["cluster"]["env"] == {"NOTE": hostile} and {"override /moe": "dense"} in data["defaults"]
+    assert data["experiment_name"] == "smoke_tuned"
