@@ -167,7 +167,8 @@ def test_secret_arguments_stay_off_a_real_workers_command_line(tmp_path):
     )
     first = next(line for line in proc.stdout if line.startswith("ARGV "))  # after the worker's imports
     cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()  # while it runs
-    rest, _ = proc.communicate(timeout=60)
+    rest = proc.stdout.read()  # to the end (communicate would skip what the line iterator has buffered)
+    proc.wait(timeout=60)
     assert json.loads(first[5:])[1:] == [
         "run_name=r",
         "steps=3",

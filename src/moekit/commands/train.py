@@ -143,7 +143,8 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
         return 0
 
     procs = jobmod.processes(cfg, environ)
-    run, previous = resolve_run_dir(cfg, now, config_view)
+    with rundir.records_before_launch(Path(cfg.run.dir or cfg.run.base_dir)):
+        run, previous = resolve_run_dir(cfg, now, config_view)
     with attempts.locked(run):
         while True:
             rc = _run(cfg, run, previous, procs, environ, shown_overrides, config_view, scrub, now)
@@ -169,7 +170,8 @@ def _run(
     now: datetime,
 ) -> int:
     names = secret_names(cfg)
-    attempt = attempts.set_aside(run)
+    with rundir.records_before_launch(run):
+        attempt = attempts.set_aside(run)
     resume_step = attempts.latest_checkpoint(run, cfg.run_name)
     metrics_path = run / rundir.METRICS
     job = jobmod.build(cfg, str(run), str(metrics_path))
