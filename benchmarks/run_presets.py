@@ -189,6 +189,13 @@ def loss_gaps(results: dict) -> list[str]:
     return lines
 
 
+def cell(text: str, code: bool = False) -> str:
+    """Text for one cell of a markdown table: a '|' would start a new cell and a line break a new row (an error
+    line from a log can hold either); inside a code span a backtick would end it."""
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text.replace("`", "'") if code else text
+
+
 def table(results: dict) -> str:
     presets = results["presets"]
     any_ok = next((r for r in presets.values() if r.get("versions")), {})
@@ -222,10 +229,10 @@ def table(results: dict) -> str:
 
     for name, r in presets.items():
         ov = " ".join(o for o in r["overrides"] if not o.startswith(("experiment=", "train.steps=")))
-        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('error', '')[:80]}"
+        status = r["status"] if r["status"] == "ok" else f"{r['status']}: {cell(r.get('error', '')[:80])}"
         loss = r.get("losses") or [None]
         lines.append(
-            f"| {name} | `{ov or '-'}` | {status} | {f(r.get('step_time_s'), '.3f')} "
+            f"| {cell(name)} | `{cell(ov, code=True) or '-'}` | {status} | {f(r.get('step_time_s'), '.3f')} "
             f"| {f(r.get('tflops_per_device'), '.1f')} | {f(r.get('mfu_bf16'), '.1%')} "
             f"| {f(r.get('tokens_per_s_per_device'), '.0f')} | {f(r.get('peak_memory_gib'), '.1f')} "
             f"| {f(r.get('compiled_estimate_gib'), '.1f')} | {checks[name]} | {f(loss[-1], '.4f')} |"

@@ -18,6 +18,11 @@ from moekit.config.schema import Config
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 
+# moekit's cache (MaxText's verdict per config hash, XLA's per jaxlib version) for every moekit the tests start:
+# kept beside pytest's own cache, so a user's ~/.cache/moekit is never touched and reruns are quick. Only
+# accepted configs are cached; every refusal is asked again.
+os.environ.setdefault("MOEKIT_CACHE_DIR", str(REPO / ".pytest_cache" / "moekit"))
+
 
 def compose(experiment: str | None = None, overrides: Sequence[str] = ()) -> Config:
     """The composed, typed config of an experiment plus overrides (through Hydra's compose API)."""

@@ -1,12 +1,14 @@
-"""What a user can get wrong, through the real command line: each case names the problem and the fix, exits
-non-zero without a traceback, launches nothing and changes no file (every file under the test's folder is
-compared before and after)."""
+"""What a user can get wrong, through the real command line: each case exits 2 without a traceback, names the
+field and the fix, launches nothing and changes no file (every file under the test's folder is compared before
+and after). Every fix a message spells out as an override is then applied and must itself be accepted."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import re
 import socket
 import subprocess
 from pathlib import Path
@@ -15,122 +17,267 @@ import pytest
 import yaml
 
 from conftest import REPO, compose, moekit
-from moekit import redact
+from moekit import cli, redact
+from moekit.commands import render as render_cmd
+from moekit.config.checks import problems
+from moekit.errors import MoekitError
+from moekit.run import preflight
 
 S = ["train", "experiment=smoke"]
+R = ["render", "experiment=smoke"]
 
-# id, command line ({tmp} is the test's folder), words naming the problem, words of the fix.
+# id, command line ({tmp}: the test's folder, {port}: a port in use), the field it names, words naming the
+# problem, words of the fix. Every case exits 2: moekit's errors and argparse's alike.
 CASES = [
     # malformed or unknown overrides
-    ("override-without-value", [*S, "train.steps"], "is not key=value", "train.steps=20"),
-    ("override-without-key", [*S, "=3"], "is not key=value", "write it as a.b=VALUE"),
-    ("override-bad-syntax", [*S, "train.steps=[1,"], "could not compose", "write each override as key=value"),
-    ("unknown-key", [*S, "train.stepz=3"], "unknown config key 'train.stepz'", "correct the spelling"),
-    ("unknown-section", [*S, "foo.bar=1"], "foo is not a section", "correct the spelling"),
-    ("unknown-moe-option", [*S, "moe=fast"], "valid options for moe=", "pick one of them"),
-    ("unknown-experiment", ["train", "experiment=nope"], "valid options for experiment=", "e.g. experiment="),
-    ("unknown-hardware", [*S, "hardware=tpu"], "valid options for hardware=", "pick one of them"),
+    ("override-without-value", [*S, "train.steps"], "train.steps", "is not key=value", "train.steps=20"),
+    ("override-without-key", [*S, "=3"], "'=3'", "is not key=value", "write it as KEY=VALUE"),
+    ("override-bad-syntax", [*S, "train.steps=[1,"], "train.steps", "could not compose", "write each override"),
+    ("unknown-key", [*S, "train.stepz=3"], "train.stepz", "unknown config key", "did you mean train.steps?"),
+    ("unknown-section", [*S, "foo.bar=1"], "foo.bar", "foo is not a section", "correct the spelling"),
+    ("unknown-moe-option", [*S, "moe=fast"], "moe=", "valid options for moe=", "fix: moe=dense"),
+    ("moe-option-typo", [*S, "moe=ragged-dot"], "moe=", "did you mean moe=ragged_dot?", "fix: moe=ragged_dot"),
+    ("unknown-experiment", ["train", "experiment=nope"], "experiment=", "valid options for", "fix: experiment="),
+    ("unknown-hardware", [*S, "hardware=tpu"], "hardware=", "valid options for hardware=", "fix: hardware="),
     # wrong types and ranges
-    ("steps-not-int", [*S, "train.steps=ten"], "valid integer", "e.g. train.steps=10"),
-    ("batch-not-number", [*S, "train.per_device_batch_size=abc"], "per_device_batch_size", "e.g."),
-    ("steps-zero", [*S, "train.steps=0"], "greater than or equal to 1", "give train.steps a value"),
-    ("seq-too-short", [*S, "train.seq_len=4"], "greater than or equal to 8", "e.g. train.seq_len=128"),
-    ("precision-name", [*S, "precision.name=fp4"], "'fp32', 'bf16', 'fp8' or 'mxfp8'", "give precision.name"),
-    ("port-range", [*S, "cluster.coordinator_port=70000"], "less than or equal to 65535", "coordinator_port="),
-    ("no-experts", [*S, "model.num_experts=0"], "greater than or equal to 1", "model.num_experts"),
-    ("top-k-over-experts", [*S, "model.experts_per_token=16"], "exceeds num_experts=8", "change the model keys"),
-    ("checkpoint-negative", [*S, "checkpoint.every=-1"], "greater than or equal to 0", "checkpoint.every"),
+    ("steps-not-int", [*S, "train.steps=ten"], "train.steps", "valid integer", "e.g. train.steps=10"),
+    (
+        "batch-not-number",
+        [*S, "train.per_device_batch_size=abc"],
+        "train.per_device_batch_size",
+        "valid integer",
+        "e.g.",
+    ),
+    ("steps-zero", [*S, "train.steps=0"], "train.steps", "greater than or equal to 1", "give train.steps a value"),
+    ("seq-too-short", [*S, "train.seq_len=4"], "train.seq_len", "greater than or equal to 8", "train.seq_len=128"),
+    ("precision-name", [*S, "precision.name=fp4"], "precision.name", "'fp32', 'bf16', 'fp8' or 'mxfp8'", "give"),
+    ("port-range", [*S, "cluster.coordinator_port=70000"], "cluster.coordinator_port", "65535", "e.g."),
+    ("no-experts", [*S, "model.num_experts=0"], "model.num_experts", "greater than or equal to 1", "give"),
+    ("top-k-over-experts", [*S, "model.experts_per_token=16"], "model", "exceeds num_experts=8", "change the model"),
+    ("checkpoint-negative", [*S, "checkpoint.every=-1"], "checkpoint.every", "greater than or equal to 0", "give"),
     # impossible meshes, experts vs EP, batch divisibility
-    ("axis-zero", [*S, "parallelism.ici.expert=0"], "an axis is a positive size", "parallelism.ici"),
-    ("two-fill-axes", [*S, "parallelism.ici.data=-1"], "more than one axis is -1", "at most one ICI axis"),
-    ("dcn-fill", [*S, "parallelism.dcn.data=-1"], "not supported across slices", "set every DCN axis"),
+    ("axis-zero", [*S, "parallelism.ici.expert=0"], "parallelism.ici", "an axis is a positive size", "change"),
+    ("two-fill-axes", [*S, "parallelism.ici.data=-1"], "parallelism.ici", "more than one axis is -1", "at most one"),
+    ("dcn-fill", [*S, "parallelism.dcn.data=-1"], "parallelism.dcn", "not supported across slices", "set every DCN"),
     (
         "mesh-product",
         [*S, "cluster.processes_per_node=2", "parallelism.ici.fsdp=3"],
+        "parallelism.ici",
         "does not match 2 devices",
         "parallelism.ici.fsdp=-1",
     ),
     (
         "experts-vs-ep",
         [*S, "cluster.gpus_per_node=3", "parallelism.ici.fsdp=1", "parallelism.ici.expert=3"],
+        "parallelism.ici.expert",
         "8 experts do not divide evenly over expert parallelism 3",
         "parallelism.ici.expert=1",
     ),
-    ("batch-fraction", [*S, "train.per_device_batch_size=0.3"], "not a whole number", "per-device batch"),
+    ("batch-fraction", [*S, "train.per_device_batch_size=0.3"], "train.per_device_batch_size", "not a whole", "batch"),
     (
         "batch-over-dp",
         [*S, "cluster.processes_per_node=2", "train.per_device_batch_size=0.5", "parallelism.ici.fsdp=2"],
+        "train.per_device_batch_size",
         "does not divide over 2 data-parallel ranks",
         "multiple of 2",
     ),
     (
         "processes-per-gpu",
         [*S, "hardware=h200", "moe=tokamax", "cluster.gpus_per_node=8", "cluster.processes_per_node=4"],
+        "cluster.processes_per_node",
         "one process per node or one per GPU",
         "cluster.processes_per_node=8",
     ),
-    ("local-multinode", [*S, "cluster.nodes=2"], "runs on one host", "cluster=jobset"),
+    ("local-multinode", [*S, "cluster.nodes=2"], "cluster.nodes", "runs on one host", "cluster.nodes=1"),
+    ("local-multinode-dry-run", [*S, "cluster.nodes=2", "--dry-run"], "cluster.nodes", "one host", "cluster=jobset"),
     (
         "coordinator-port-taken",
         [*S, "cluster.processes_per_node=2", "cluster.coordinator_port={port}"],
+        "cluster.coordinator_port",
         "is in use on this host",
         "(a free port)",
     ),
-    ("jobset-outside-pod", [*S, "cluster=jobset", "cluster.gpus_per_node=1"], "MOEKIT_COORDINATOR_HOST", "render"),
-    # hardware features, token dropping
-    ("mxfp8-on-hopper", [*S, "hardware=h200", "precision=mxfp8", "moe=tokamax"], "Blackwell", "precision=fp8"),
-    ("fp8-on-cpu", [*S, "precision=fp8"], "FP8 tensor cores", "precision=bf16"),
-    ("gpu-config-without-gpu", [*S, "hardware=h200", "moe=tokamax"], "needs NVIDIA GPUs", "hardware=cpu"),
-    ("megablox-on-gpu", [*S, "hardware=h200", "moe=megablox"], "interpret mode", "moe=tokamax"),
-    ("capacity-drops", [*S, "moe=capacity"], "drops tokens", "moe.allow_token_dropping=true"),
-    ("capacity-factor", [*S, "moe.capacity_factor=1.25"], "not dropless", "dropless back end"),
-    # JobSet names and namespaces (render)
     (
-        "jobset-name-case",
-        ["render", "experiment=smoke", "target=jobset", "cluster.name=Bad_Name"],
-        "not a DNS-1035 label",
-        "cluster.name=bad-name",
+        "coordinator-port-taken-dry-run",
+        [*S, "--dry-run", "cluster.processes_per_node=2", "cluster.coordinator_port={port}"],
+        "cluster.coordinator_port",
+        "is in use on this host",
+        "(a free port)",
     ),
     (
+        "jobset-outside-pod",
+        [*S, "cluster=jobset", "cluster.gpus_per_node=1"],
+        "cluster=jobset",
+        "MOEKIT_COORDINATOR_HOST",
+        "render",
+    ),
+    # hardware features, token dropping
+    ("mxfp8-on-hopper", [*S, "hardware=h200", "precision=mxfp8", "moe=tokamax"], "precision", "Blackwell", "fp8"),
+    ("fp8-on-cpu", [*S, "precision=fp8"], "precision", "FP8 tensor cores", "precision=bf16"),
+    ("gpu-config-without-gpu", [*S, "hardware=h200", "moe=tokamax"], "hardware=h200", "needs NVIDIA GPUs", "cpu"),
+    ("megablox-on-gpu", [*S, "hardware=h200", "moe=megablox"], "moe", "interpret mode", "moe=tokamax"),
+    ("capacity-drops", [*S, "moe=capacity"], "moe.capacity_factor", "drops tokens", "moe.allow_token_dropping=true"),
+    (
+        "capacity-factor",
+        [*S, "moe.capacity_factor=1.25"],
+        "moe.capacity_factor",
+        "not dropless",
+        "moe.capacity_factor=-1",
+    ),
+    # names that become Kubernetes or Slurm identifiers (one rule), namespaces, inline secrets
+    ("jobset-name-case", [*R, "target=jobset", "cluster.name=Bad_Name"], "cluster.name", "DNS-1035", "=bad-name"),
+    (
         "jobset-name-length",
-        ["render", "experiment=smoke", "target=jobset", "cluster.name=" + "a" * 30],
+        [*R, "target=jobset", "cluster.name=" + "a" * 30],
+        "cluster.name",
         "at most 25 characters",
         "cluster.name=" + "a" * 25,
     ),
     (
+        "slurm-derived-name",
+        [*R, "target=slurm", "experiment_name=a_rather_long_experiment_name"],
+        "cluster.name",
+        "(from experiment_name=a_rather_long_experiment_name)",
+        "cluster.name=a-rather-long-experiment",
+    ),
+    (
         "jobset-namespace",
-        ["render", "experiment=smoke", "target=jobset", "cluster.namespace=Team/ML"],
+        [*R, "target=jobset", "cluster.namespace=Team/ML"],
+        "cluster.namespace",
         "not a DNS-1123 label",
         "cluster.namespace=default",
     ),
-    ("render-no-target", ["render", "experiment=smoke"], "choose one target", "target=jobset"),
+    ("render-no-target", ["render", "experiment=smoke"], "target=", "choose one target", "target=jobset"),
     (
         "jobset-inline-secret",
-        ["render", "experiment=smoke", "target=jobset", "cluster.env.HF_TOKEN=hf_abcdef123"],
+        [*R, "target=jobset", "cluster.env.HF_TOKEN=hf_abcdef123"],
+        "cluster.env.HF_TOKEN",
         "secret value would be written in plain text",
         "cluster.secrets=[{env: HF_TOKEN",
     ),
+    # values that could change the structure of a rendered file or a command line
+    (
+        "slurm-newline-in-name",
+        [*R, "target=slurm", "cluster.name='x\n#SBATCH --wrap=id'"],
+        "cluster.name",
+        "U+000A LINE FEED",
+        "write cluster.name without it",
+    ),
+    (
+        "jobset-newline-in-env",
+        [*R, "target=jobset", "cluster.env.NOTE='a\nkind: Secret'"],
+        "cluster.env.NOTE",
+        "U+000A LINE FEED",
+        "without it",
+    ),
+    ("newline-in-run-dir", [*S, "run.dir='{tmp}/a\nb'"], "run.dir", "U+000A", "write run.dir without it"),
+    ("line-separator", [*S, "hardware.env.FOO='a\u2028b'"], "hardware.env.FOO", "U+2028 LINE SEPARATOR", "without"),
+    ("bidi-override", [*S, "run.name='\u202eevil'"], "run.name", "U+202E", "write run.name without it"),
+    (
+        "xla-flag-value-space",
+        [*S, "xla.flags.xla_gpu_enable_latency_hiding_scheduler='true --xla_dump_to=/tmp/x'"],
+        "xla.flags.xla_gpu_enable_latency_hiding_scheduler",
+        "not one XLA_FLAGS word",
+        "as one word",
+    ),
+    (
+        "xla-flag-value-quote",
+        [*S, "xla.flags.xla_dump_to='\"/tmp/x\"'"],
+        "xla.flags.xla_dump_to",
+        "no whitespace or quotes",
+        "as one word",
+    ),
+    ("xla-flag-name", [*S, "xla.flags.XLA_GPU_X=1"], "xla.flags.XLA_GPU_X", "not an XLA flag name", "name it like"),
+    (
+        "xla-flags-through-env",
+        [*S, "xla.env.XLA_FLAGS='--xla_dump_to=/tmp'"],
+        "xla.env.XLA_FLAGS",
+        "built by moekit",
+        "xla.flags.NAME=VALUE",
+    ),
+    (
+        "unknown-xla-flag",
+        [*S, "xla.flags.xla_gpu_enable_latency_hiding_schedular=true"],
+        "xla.flags.xla_gpu_enable_latency_hiding_schedular",
+        "has no flag xla_gpu_enable_latency_hiding_schedular",
+        "correct the spelling or remove",
+    ),
+    (
+        "xla-flag-bad-value",
+        [*S, "xla.flags.xla_gpu_enable_latency_hiding_scheduler=maybe"],
+        "xla.flags.xla_gpu_enable_latency_hiding_scheduler",
+        "cannot read the value",
+        "of its type",
+    ),
+    ("env-name", [*S, "hardware.env.BAD-NAME=1"], "hardware.env.BAD-NAME", "environment variable name", "name it"),
+    ("run-name-dotdot", [*S, "run.name=.."], "run.name", "single path component", "run.name=my-run"),
+    ("run-name-escape", [*S, "run.name=../../etc"], "run.name", "single path component", "run.name=my-run"),
+    ("experiment-name-path", [*S, "experiment_name=../x"], "experiment_name", "names a folder", "=smoke"),
+    ("slurm-time", [*R, "target=slurm", "cluster.time_limit='2 hours'"], "cluster.time_limit", "Slurm time", "02:00"),
+    (
+        "slurm-partition",
+        [*R, "target=slurm", "cluster.partition='gpu --qos=high'"],
+        "cluster.partition",
+        "not a Slurm name",
+        "cluster.partition=gpu",
+    ),
+    (
+        "compose-image",
+        [*R, "target=compose", "cluster.image='x}$(id)'"],
+        "cluster.image",
+        "container image reference",
+        "cluster.image=moekit:latest",
+    ),
+    ("tune-preset-name", ["tune", "experiment=smoke", "--name", "../evil"], "--name", "names a folder", "smoke_tuned"),
+    # MaxText's own validator, before launch
+    (
+        "unknown-maxtext-key",
+        [*S, "maxtext.extra.no_such_maxtext_key=1"],
+        "maxtext.extra.no_such_maxtext_key",
+        "MaxText has no key 'no_such_maxtext_key'",
+        "correct the spelling or remove",
+    ),
+    (
+        "maxtext-key-typo",
+        [*S, "maxtext.extra.per_device_batch_sizee=2"],
+        "maxtext.extra.per_device_batch_sizee",
+        "MaxText has no key",
+        "did you mean per_device_batch_size?",
+    ),
+    (
+        "hf-without-path",
+        [*S, "data.dataset_type=hf"],
+        "maxtext.extra.hf_path",
+        "hf_path can't be empty when dataset_type=hf",
+        "set maxtext.extra.hf_path=VALUE",
+    ),
     # run directories (train run.dir=...)
-    ("run-dir-is-file", [*S, "run.dir={tmp}/a-file"], "is a file, not a directory", "choose a new run.dir"),
-    ("run-dir-not-a-run", [*S, "run.dir={tmp}/notes"], "not a moekit run directory", "choose a new run.dir"),
-    ("run-dir-finished", [*S, "run.dir={tmp}/finished"], "holds a finished run", "choose a new run.dir"),
-    ("run-dir-corrupt-manifest", [*S, "run.dir={tmp}/corrupt"], "manifest.json is corrupt", "choose a new run.dir"),
+    ("run-dir-is-file", [*S, "run.dir={tmp}/a-file"], "run.dir", "is a file, not a directory", "run.dir unset"),
+    ("run-dir-below-file", [*S, "run.dir={tmp}/a-file/run"], "run.dir", "is a file, so", "leave run.dir unset"),
+    ("run-dir-under-proc", [*S, "run.dir=/proc/moekit-run"], "run.dir", "cannot create /proc/moekit-run", "unset"),
+    ("run-base-dir-under-proc", [*S, "run.base_dir=/proc/x"], "run.base_dir", "cannot create", "a folder you can"),
+    ("run-dir-not-a-run", [*S, "run.dir={tmp}/notes"], "run.dir", "not a moekit run directory", "a new run.dir"),
+    ("run-dir-finished", [*S, "run.dir={tmp}/finished"], "run.dir", "holds a finished run", "choose a new run.dir"),
+    ("run-dir-corrupt-manifest", [*S, "run.dir={tmp}/corrupt"], "run.dir", "manifest.json is corrupt", "new run.dir"),
     (
         "run-dir-other-config",
         [*S, "run.dir={tmp}/other"],
+        "run.dir",
         "different configuration (train.steps: 3 -> 10)",
         "resume with the overrides it was started with",
     ),
-    ("run-dir-in-use", [*S, "run.dir={tmp}/busy"], "in use by another `moekit train`", "wait for it to end"),
+    ("run-dir-in-use", [*S, "run.dir={tmp}/busy"], "run.dir", "in use by another `moekit train`", "wait for it"),
+    ("run-dir-in-use-dry-run", [*S, "run.dir={tmp}/busy", "--dry-run"], "run.dir", "in use by another", "wait"),
     # report on missing, damaged or empty runs
-    ("report-missing", ["report", "{tmp}/missing"], "is not a directory", "moekit train"),
-    ("report-not-a-run", ["report", "{tmp}/notes"], "not a moekit run directory", "moekit train"),
-    ("report-no-metrics", ["report", "{tmp}/nometrics"], "no metrics file", "maxtext.log"),
-    ("report-empty-run", ["report", "{tmp}/emptyrun"], "holds no completed step", "maxtext.log"),
-    ("report-corrupt-metrics", ["report", "{tmp}/corruptmetrics"], "is not a MaxText metrics record", "corrupt"),
+    ("report-missing", ["report", "{tmp}/missing"], "{tmp}/missing", "is not a directory", "moekit train"),
+    ("report-not-a-run", ["report", "{tmp}/notes"], "{tmp}/notes", "not a moekit run directory", "moekit train"),
+    ("report-no-metrics", ["report", "{tmp}/nometrics"], "{tmp}/nometrics", "no metrics file", "maxtext.log"),
+    ("report-empty-run", ["report", "{tmp}/emptyrun"], "{tmp}/emptyrun", "holds no completed step", "maxtext.log"),
+    ("report-corrupt-metrics", ["report", "{tmp}/corruptmetrics"], "metrics.jsonl", "not a MaxText metrics", "corrupt"),
     # the command line itself
-    ("unknown-command", ["trian"], "invalid choice: 'trian'", "choose from"),
-    ("dry-run-format", [*S, "--dry-run", "--format", "xml"], "invalid choice: 'xml'", "choose from"),
+    ("unknown-command", ["trian"], "COMMAND", "invalid choice: 'trian'", "did you mean train?"),
+    ("dry-run-format", [*S, "--dry-run", "--format", "xml"], "--format", "invalid choice: 'xml'", "choose from"),
+    ("flag-typo", [*S, "--dryrun"], "--dryrun", "unrecognized arguments", "did you mean --dry-run (for --dryrun)?"),
 ]
 
 
@@ -179,42 +326,148 @@ def playground(tmp_path_factory):
     return tmp
 
 
-@pytest.mark.parametrize("case, argv, problem, fix", CASES, ids=[c[0] for c in CASES])
-def test_bad_input(case, argv, problem, fix, playground):
-    if case == "gpu-config-without-gpu" and Path("/dev/nvidia0").exists():
-        pytest.skip("this host has a GPU")
+def _argv(argv: list[str], tmp: Path, port: str) -> list[str]:
+    argv = [a.replace("{tmp}", str(tmp)).replace("{port}", port) for a in argv]
+    return [*argv, f"run.base_dir={tmp}/outputs"] if argv[0] == "train" and "run.base_dir" not in str(argv) else argv
+
+
+@contextlib.contextmanager
+def _taken_port():
     taken = socket.socket()  # a port another job listens on
     taken.bind(("127.0.0.1", 0))
     taken.listen()
-    port = str(taken.getsockname()[1])
-    argv = [a.replace("{tmp}", str(playground)).replace("{port}", port) for a in argv]
-    if argv[0] == "train":
-        argv.append(f"run.base_dir={playground}/outputs")
+    try:
+        yield str(taken.getsockname()[1])
+    finally:
+        taken.close()
+
+
+@pytest.mark.parametrize("case, argv, field, problem, fix", CASES, ids=[c[0] for c in CASES])
+def test_bad_input(case, argv, field, problem, fix, playground):
+    if case == "gpu-config-without-gpu" and Path("/dev/nvidia0").exists():
+        pytest.skip("this host has a GPU")
     before = _snapshot(playground)
     lock = None
-    if case == "run-dir-in-use":  # another `moekit train` holds the run
+    if case.startswith("run-dir-in-use"):  # another `moekit train` holds the run
         lock = os.open(playground / "busy" / ".moekit.lock", os.O_RDWR | os.O_CREAT)
         fcntl.flock(lock, fcntl.LOCK_EX)
     try:
-        proc = moekit(*argv, timeout=120)
+        with _taken_port() as port:
+            proc = moekit(*_argv(argv, playground, port), timeout=300)
     finally:
-        taken.close()
         if lock is not None:
             os.close(lock)
     out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out
+    assert proc.returncode == 2, out
     assert "Traceback" not in out
+    assert field.replace("{tmp}", str(playground)) in out, out
     assert problem in out, out
     assert fix in out, out
     after = _snapshot(playground)
-    after.pop("busy/.moekit.lock", None)
-    before.pop("busy/.moekit.lock", None)
+    for snap in (before, after):
+        snap.pop("busy/.moekit.lock", None)
     assert after == before, "a file was written or changed"
     assert not (playground / "outputs").exists(), "a run directory was created"
+    assert "maxtext.log" not in " ".join(after), "a process was launched"
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 30 and len({c[0] for c in CASES}) == len(CASES)
+    assert len(CASES) >= 80 and len({c[0] for c in CASES}) == len(CASES)
+
+
+# ---- every fix a message spells out is itself accepted ----
+
+_OVERRIDE = re.compile(r"(?<![\w.$-])((?:[a-z_]+)(?:\.[A-Za-z0-9_-]+)*=[A-Za-z0-9_./:-]+)")
+
+
+def _suggested(out: str) -> list[list[str]]:
+    """The overrides each fix alternative spells out ("fix: a=1 or b=2", "did you mean a=1?")."""
+    groups = []
+    for line in out.splitlines():
+        if "fix:" not in line.lower() and "did you mean" not in line:
+            continue
+        text = line.split("fix:", 1)[-1] if "fix:" in line.lower() else line
+        for chunk in re.split(r"\bor\b|[,;(]", text):
+            found = [o for o in _OVERRIDE.findall(chunk) if "VALUE" not in o and not o.startswith("target=")]
+            if found:
+                groups.append(found)
+    return groups
+
+
+def _applied(argv: list[str], fix: list[str], fault: str) -> list[list[str]]:
+    """The ways to apply a fix: its overrides in place of those of the same key, and, for a fix that names a key
+    the command does not have (train.stepz -> train.steps), also in place of the override at fault (the case's
+    last, by the table's convention)."""
+    keys = {o.split("=", 1)[0] for o in fix}
+    kept = [a for a in argv if a.split("=", 1)[0].lstrip("+~") not in keys]
+    ways = [kept + fix]
+    if len(kept) == len(argv):
+        ways.append([a for a in kept if a != fault] + fix)
+    return ways
+
+
+def _problems_of(argv: list[str]) -> set[str]:
+    """What the command refuses before it launches or writes, computed in this process: composing, the checks,
+    and the cheap host probes where this host is the job's target (a fix cannot give this host GPUs). The
+    coordinator port counts only where the case is about it: the default port may be taken on a shared host."""
+    overrides = [a for a in argv[1:] if not a.startswith("-")]
+    try:
+        if argv[0] == "render":
+            name, rest = render_cmd.split_target(overrides)
+            overrides = [*rest, f"cluster={render_cmd.TARGETS[name].cluster}"]
+        cfg = compose(None, overrides)
+    except MoekitError as exc:
+        return {str(exc)}
+    found = {f"{p.key}: {p.what}" for p in problems(cfg)}
+    if found or argv[0] == "render":
+        return found
+    host = preflight.Host({}, redact.redact_tree(cfg.to_dict()))
+    if not preflight.is_target(cfg, host)[0]:
+        return set()
+    skip = () if "cluster.coordinator_port" in " ".join(argv) else (preflight.coordinator_port_free,)
+    cheap = [probe for probe in preflight.PROBES if not probe.costly and probe.check not in skip]
+    return {f"{p.key}: {p.what}" for probe in cheap for p in probe.check(cfg, host)}
+
+
+FIXABLE = [c for c in CASES if c[1][0] in ("train", "render") and "{tmp}" not in " ".join(c[1])]
+
+
+@pytest.mark.parametrize("case, argv, field, problem, fix", FIXABLE, ids=[c[0] for c in FIXABLE])
+def test_suggested_fixes_are_accepted(case, argv, field, problem, fix, tmp_path, capsys):
+    if case == "gpu-config-without-gpu" and Path("/dev/nvidia0").exists():
+        pytest.skip("this host has a GPU")
+    fault = next(a for a in reversed(argv) if a != "--dry-run")
+    with _taken_port() as port:
+        argv = _argv(argv, tmp_path, port)
+        if any(_is_costly(argv)):
+            pytest.skip("refused by a costly probe (MaxText, XLA): its fix names no override to apply")
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:  # argparse
+            code = exc.code
+        out = capsys.readouterr().err
+        assert code == 2, out
+        flag = re.search(r"did you mean (--[\w-]+)", out)
+        if flag:  # a mistyped option: the suggested one parses
+            cli.parse([flag.group(1) if a == fault else a for a in argv])
+        before = _problems_of(argv)
+        for group in _suggested(out):
+            # The fix removes its problem and adds none (a case with two problems keeps the other one).
+            afters = [_problems_of(way) for way in _applied(argv, group, fault)]
+            assert any(not after or after < before for after in afters), f"the suggested fix {group} leaves {afters}"
+
+
+def _is_costly(argv: list[str]):
+    return (a.startswith(("maxtext.extra.", "data.dataset_type=", "xla.flags.xla_gpu_enable_latency")) for a in argv)
+
+
+def test_fix_suggestions_are_found():
+    """The extraction above finds what messages offer (or the test would pass by finding nothing)."""
+    assert _suggested("  fix: use precision=fp8 (Hopper) or precision=bf16") == [["precision=fp8"], ["precision=bf16"]]
+    assert _suggested("  did you mean moe=ragged_dot?\n  fix: moe=ragged_dot") == [["moe=ragged_dot"]] * 2
+    assert _suggested("    fix: cluster.gpus_per_node=2 cluster.processes_per_node=2 (or more GPUs)") == [
+        ["cluster.gpus_per_node=2", "cluster.processes_per_node=2"]
+    ]
 
 
 # ---- `make smoke` on a machine without Python >= 3.12 ----
@@ -281,25 +534,23 @@ def test_make_smoke_without_python312_creates_nothing(tmp_path):
 
 
 def test_fewer_gpus_than_configured(tmp_path):
-    from moekit.commands.train import ensure_gpus_present
-    from moekit.errors import MoekitError
-
     for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"):
         (tmp_path / name).touch()
+    host = preflight.Host({}, dev=tmp_path)
     cfg = compose("smoke", ["hardware=h200", "moe=tokamax", "cluster.gpus_per_node=8", "cluster.processes_per_node=8"])
-    with pytest.raises(MoekitError, match=r"gpus_per_node=8, but this host has 2 GPU\(s\).*gpus_per_node=2"):
-        ensure_gpus_present(cfg, tmp_path)
-    ensure_gpus_present(compose("smoke", ["hardware=h200", "moe=tokamax", "cluster.gpus_per_node=2"]), tmp_path)
+    (found,) = preflight.gpus_present(cfg, host)
+    assert re.search(r"gpus_per_node=8, but this host has 2 GPU\(s\).*gpus_per_node=2", str(found), re.S)
+    assert not list(
+        preflight.gpus_present(compose("smoke", ["hardware=h200", "moe=tokamax", "cluster.gpus_per_node=2"]), host)
+    )
 
 
 def test_te_backend_without_transformer_engine():
     # This environment has no TransformerEngine (the CPU stack): moe=te must stop before launching.
     import importlib.util
 
-    from moekit.commands.train import ensure_te_present
-    from moekit.errors import MoekitError
-
     assert importlib.util.find_spec("transformer_engine") is None
-    with pytest.raises(MoekitError, match=r"moe=te runs TransformerEngine.*nothing was launched.*moe=tokamax"):
-        ensure_te_present(compose("dsv3_proxy_h200", ["moe=te"]))
-    ensure_te_present(compose("dsv3_proxy_h200", []))  # other back ends need no TE
+    host = preflight.Host({})
+    (found,) = preflight.te_present(compose("dsv3_proxy_h200", ["moe=te"]), host)
+    assert re.search(r"moe=te: runs TransformerEngine.*moe=tokamax", str(found), re.S)
+    assert not list(preflight.te_present(compose("dsv3_proxy_h200", []), host))  # other back ends need no TE

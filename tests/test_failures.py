@@ -32,6 +32,32 @@ CONFIG = (
     "line 580, in initialize\npydantic_core._pydantic_core.ValidationError: 1 validation error for MaxTextConfig"
 )
 
+DISK_FULL_CKPT = (
+    "E1203 14:25:26.496514 future.py:387] _SignalingThread.run() raised an exception: RESOURCE_EXHAUSTED: Error "
+    'writing "params/c/0" in OCDBT database at local file "/r/smoke/checkpoints/0.orbax-checkpoint-tmp/items/": '
+    'Failed writing: "/r/smoke/checkpoints/0.orbax-checkpoint-tmp/items/d/e2dc": Failed to write 36261888 bytes '
+    "to file 25: No space left on device [os_error_code='28']"
+)
+CKPT_NO_METADATA = (
+    "FileNotFoundError: Metadata file (named _METADATA) does not exist at /r/smoke/checkpoints/2/items.\n"
+    'orbax.checkpoint.experimental.v1._src.handlers.registration.NoEntryError: "Failed to load checkpointable: '
+    "items due to incompatible handler: <class 'orbax.checkpoint.experimental.v1._src.handlers.pytree_handler.P"
+)
+CKPT_TRUNCATED = (
+    'ValueError: OUT_OF_RANGE: Error reading shard entry {0, 0, 0, 0}/{1, 1, 1, 1} in "params.decoder.wi_1/c/0/0" '
+    'in OCDBT database at local file "/r/smoke/checkpoints/2/items/": Requested byte range [95277412, 95640357) '
+    "is not valid for value of size 100"
+)
+CKPT_NO_ITEMS = (
+    "KeyError: \" Requested checkpointables: dict_keys(['items']) for loading were not found in the checkpoint. "
+    'Available checkpointables: []"'
+)
+CKPT_MANIFEST = (
+    'ValueError: DATA_LOSS: Error opening "zarr3" driver: Error reading "rngs.aqt.key/zarr.json" in OCDBT database '
+    'at local file "/r/smoke/checkpoints/2/items/": Error decoding local file "/r/smoke/checkpoints/2/items/'
+    'manifest.ocdbt": Error decoding manifest: Encoded length (10) is less than minimum length (16)'
+)
+
 CASES = [  # id, returncode, log tail, class
     ("xla-oom", 1, "step 3\n" + OOM_XLA, "out_of_memory"),
     ("cuda-oom", -6, "CUDA_ERROR_OUT_OF_MEMORY: out of memory", "out_of_memory"),
@@ -57,6 +83,26 @@ CASES = [  # id, returncode, log tail, class
     ("shell-sigterm", 143, "", "killed"),
     ("joined-then-killed", -9, f"{failures.JOINING} at a:1 as process 0 of 2\n{failures.JOINED}\n", "killed"),
     ("python-error", 1, "Traceback (most recent call last):\nZeroDivisionError: division by zero", "error"),
+    # A full disk, before out-of-memory: XLA and TensorStore report a failed write as RESOURCE_EXHAUSTED too.
+    ("disk-full-checkpoint", 1, DISK_FULL_CKPT, "disk_full"),
+    (
+        "disk-full-log",
+        -15,
+        "step 3\nmoekit: cannot write /r/maxtext.log: [Errno 28] No space left on device",
+        "disk_full",
+    ),
+    ("quota", 1, "OSError: [Errno 122] Disk quota exceeded: '/home/u/run/metrics.jsonl'", "disk_full"),
+    # What Orbax 0.12 printed for checkpoints damaged in four ways (measured on CPU, 2026-12-03).
+    ("ckpt-no-items-metadata", 1, CKPT_NO_METADATA, "corrupt_checkpoint"),
+    ("ckpt-truncated-data", 1, CKPT_TRUNCATED, "corrupt_checkpoint"),
+    ("ckpt-items-missing", 1, CKPT_NO_ITEMS, "corrupt_checkpoint"),
+    ("ckpt-manifest-cut", 1, CKPT_MANIFEST, "corrupt_checkpoint"),
+    (
+        "xla-unknown-flag",
+        -6,
+        "F1203 parse_flags_from_env.cc:234] Unknown flags in XLA_FLAGS: --xla_nope=1",
+        "configuration_error",
+    ),
 ]
 
 
@@ -66,6 +112,20 @@ def test_classify(case, code, tail, expected):
     assert got.name == expected, got
     assert got.evidence and got.returncode == code
     assert got.doc.startswith("docs/troubleshooting.md#")
+
+
+def test_disk_full_is_found_anywhere_in_the_log(tmp_path):
+    """The failed write of a checkpoint lies far above the traceback it causes at shutdown; the OOM-looking line
+    is disk-full evidence, and the log is streamed from its file."""
+    log = tmp_path / "maxtext.log"
+    noise = [f"I1203 step {i} loss 10.0" for i in range(failures.TAIL_LINES * 3)]
+    shutdown = "ImportError: sys.meta_path is None, Python is likely shutting down"
+    log.write_text("\n".join(["start", DISK_FULL_CKPT, *noise, OOM_XLA.replace("Out of memory", "oom?"), shutdown]))
+    with open(log) as fh:
+        got = failures.classify(1, fh)
+    assert got.name == "disk_full" and "No space left on device" in got.evidence
+    tail_only = failures.classify(1, "\n".join([*noise, shutdown]))
+    assert tail_only.name == "error"  # what the tail alone says: the misleading evidence of before
 
 
 def test_every_class_has_a_troubleshooting_section():
@@ -123,22 +183,6 @@ def test_rendezvous_is_bounded_and_classified(tmp_path):
 
 
 @pytest.mark.integration
-def test_failed_training_writes_a_classified_manifest(tmp_path):
-    """MaxText rejects a raw key at start-up: moekit exits non-zero and records the class and where to read."""
-    run = tmp_path / "run"
-    proc = moekit("train", "experiment=smoke", "maxtext.extra.no_such_maxtext_key=1", f"run.dir={run}")
-    assert proc.returncode == 1
-    assert "training failed: configuration error" in proc.stderr
-    assert "docs/troubleshooting.md#configuration-error" in proc.stderr
-    manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "failed"
-    assert manifest["failure"]["class"] == "configuration_error"
-    assert manifest["failure"]["help"] == "docs/troubleshooting.md#configuration-error"
-    assert manifest["attempts"][-1]["status"] == "failed"
-    assert not list(run.glob(".manifest.json.*")), "a temporary file was left behind"
-
-
-@pytest.mark.integration
 def test_sigterm_stops_the_processes_and_is_recorded(tmp_path):
     run = tmp_path / "run"
     proc = subprocess.Popen(
@@ -162,3 +206,92 @@ def test_sigterm_stops_the_processes_and_is_recorded(tmp_path):
 
 def test_troubleshooting_doc_is_linked_from_readme():
     assert "docs/troubleshooting.md" in Path(REPO / "README.md").read_text()
+
+
+# ---- a full disk: moekit keeps reading, always ends, records what it can ----
+
+
+def _tmpfs(path: Path, size: str) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()}); root is needed to test a full disk")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB file system (tmpfs), unmounted afterwards."""
+    where = tmp_path / "small"
+    _tmpfs(where, "64k")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+CHATTY = "import sys\nfor i in range(20000): print('line', i, 'x' * 60)\n"
+
+
+@pytest.mark.integration
+def test_pump_outlives_a_full_disk(small_disk):
+    """The log fills the disk after ~800 lines; the process still writes its 20,000 and exits 0 (it would block on
+    a full pipe if the pump had died), and the last lines are kept in memory."""
+    seen = []
+
+    def on_line(line: str) -> None:
+        seen.append(line)
+        if len(seen) == 5:
+            raise BrokenPipeError("stdout closed")  # `moekit train | head`: progress stops, the run goes on
+
+    spec = launch.ProcessSpec([sys.executable, "-c", CHATTY], {}, small_disk / "p.log")
+    out = launch.run([spec], on_line, full_disk_grace_s=60)
+    assert out.returncodes == [0] and out.failed_rank is None
+    assert "No space left on device" in out.log_errors[0]
+    assert out.unlogged[0][-1].startswith("line 19999") and len(seen) == 5
+
+
+@pytest.mark.integration
+def test_a_process_hung_by_a_full_disk_is_stopped(small_disk):
+    """MaxText hangs once its TensorBoard thread died of ENOSPC; the group is stopped after the grace period."""
+    hang = CHATTY + "import time\ntime.sleep(600)\n"
+    spec = launch.ProcessSpec([sys.executable, "-c", hang], {}, small_disk / "p.log")
+    start = time.monotonic()
+    out = launch.run([spec], full_disk_grace_s=2, grace_s=2)
+    assert time.monotonic() - start < 60
+    assert out.failed_rank == 0 and out.returncodes[0] == -signal.SIGTERM
+    got = failures.classify(out.returncodes[0], [*out.unlogged[0], f"moekit: {out.log_errors[0]}"])
+    assert got.name == "disk_full"
+
+
+@pytest.mark.integration
+def test_training_on_a_full_disk_ends_and_records(small_disk):
+    """The run directory on a 64 KiB tmpfs: the log fills it, MaxText's TensorBoard writer dies of ENOSPC and
+    MaxText hangs; moekit stops it, exits, and still writes its final manifest (in place of the first one)."""
+    run = small_disk / "run"
+    proc = moekit("train", "experiment=smoke", "train.steps=3", f"run.dir={run}", timeout=900)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "training failed: disk full" in proc.stderr and "Traceback" not in proc.stderr
+    assert "docs/troubleshooting.md#disk-full" in proc.stderr
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["failure"]["class"] == "disk_full"
+    assert manifest["failure"]["help"] == "docs/troubleshooting.md#disk-full"
+    assert manifest["attempts"][-1]["status"] == "failed"
+    assert any("No space left on device" in p for p in manifest["incomplete"])
+    assert not list(run.glob(".manifest.json.*")), "a temporary file was left behind"
+
+
+@pytest.mark.integration
+def test_disk_full_at_a_checkpoint(tmp_path):
+    """A 5 MB run directory: the first checkpoint (100 MB) fails; the evidence lies far above the log's tail."""
+    where = tmp_path / "five"
+    _tmpfs(where, "5m")
+    try:
+        run = where / "run"
+        proc = moekit("train", "experiment=smoke", "train.steps=2", "checkpoint.every=1", f"run.dir={run}", timeout=900)
+        assert proc.returncode == 1, proc.stderr[-3000:]
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["failure"]["class"] == "disk_full", manifest["failure"]
+        lines = (run / "maxtext.log").read_text().splitlines()
+        needle = manifest["failure"]["evidence"].strip(".")
+        at = next((i for i, ln in enumerate(lines) if needle in ln), None)
+        assert at is not None and at < len(lines) - failures.TAIL_LINES  # outside the tail
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)

@@ -40,13 +40,13 @@ def _alive_workers(run: Path) -> list[int]:
     return found
 
 
-def _kill_after_checkpoint(run: Path, timeout_s: float = 420) -> None:
-    """Start the run, SIGKILL moekit once the checkpoint of step 3 is committed and step 4 has run.
+def _kill_after_checkpoint(run: Path, timeout_s: float = 420, command: list[str] = COMMON, ckpt: int = 3) -> None:
+    """Start the run, SIGKILL moekit once the checkpoint of step `ckpt` is committed and the step after it has run.
 
-    Checkpoints of steps 6, 9 and 11 are still to come then, so the run cannot finish before the kill lands.
+    Later checkpoints are still to come then, so the run cannot finish before the kill lands.
     """
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moekit", *COMMON, f"run.dir={run}"],
+        [sys.executable, "-m", "moekit", *command, f"run.dir={run}"],
         cwd=REPO,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -56,13 +56,13 @@ def _kill_after_checkpoint(run: Path, timeout_s: float = 420) -> None:
     try:
         while time.monotonic() < deadline:
             assert proc.poll() is None, "the run ended before it could be killed"
-            ckpt = (run / "smoke" / "checkpoints" / "3").is_dir()
+            committed = (run / "smoke" / "checkpoints" / str(ckpt)).is_dir()
             metrics = run / "metrics.jsonl"
-            if ckpt and metrics.is_file() and max(_steps_partial(metrics), default=-1) >= 4:
+            if committed and metrics.is_file() and max(_steps_partial(metrics), default=-1) >= ckpt + 1:
                 break
             time.sleep(0.05)
         else:
-            pytest.fail("no checkpoint of step 3 within the time limit")
+            pytest.fail(f"no checkpoint of step {ckpt} within the time limit")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # moekit only: its workers run in sessions of their own
         proc.wait()
@@ -114,11 +114,14 @@ def test_merge_keeps_one_record_per_step(tmp_path, first, second, expected):
 
 @pytest.mark.integration
 def test_killed_run_resumes_with_the_same_losses(tmp_path):
+    """Killed after the checkpoint of step 6, whose files are then damaged (a partial copy): the relaunch fails
+    restoring it (Orbax: "incompatible handler"), moekit classifies that, sets it aside, says so and resumes
+    from the checkpoint of step 3, with the losses of an uninterrupted run."""
     ref = moekit(*COMMON, f"run.dir={tmp_path / 'ref'}")
     assert ref.returncode == 0, ref.stderr + ref.stdout[-2000:]
 
     run = tmp_path / "resumed"
-    _kill_after_checkpoint(run)
+    _kill_after_checkpoint(run, ckpt=6)
     # The workers die with their launcher (PR_SET_PDEATHSIG): nothing is left holding the run.
     deadline = time.monotonic() + 30
     while _alive_workers(run) and time.monotonic() < deadline:
@@ -126,24 +129,35 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
     assert _alive_workers(run) == []
     killed_steps = _steps_partial(run / "metrics.jsonl")
     assert json.loads((run / "manifest.json").read_text())["status"] == "running"  # moekit got no chance to record
+    (run / "smoke" / "checkpoints" / "6" / "items" / "_METADATA").unlink()
 
     again = moekit(*COMMON, f"run.dir={run}")
     assert again.returncode == 0, again.stderr + again.stdout[-2000:]
-    assert "attempt 2" in again.stdout and "resuming from the checkpoint of step" in again.stdout
+    assert "(attempt 2, resuming from the checkpoint of step 6)" in again.stdout
+    assert "training failed: corrupt checkpoint" in again.stderr
+    aside = run / "corrupt_checkpoints" / "6"
+    assert f"the checkpoint of step 6 does not restore; it is kept aside in {aside}." in again.stderr
+    assert "Resuming from the checkpoint of step 3 instead." in again.stderr
+    assert "(attempt 3, resuming from the checkpoint of step 3)" in again.stdout
+    assert (aside / "items").is_dir() and not (aside / "items" / "_METADATA").exists()
+    assert (run / "smoke" / "checkpoints" / "6" / "items" / "_METADATA").is_file()  # saved anew after resuming
 
     # Exactly one record per step, all steps present, although the killed attempt ran past its checkpoint.
     assert _steps(run / "metrics.jsonl") == list(range(STEPS))
-    assert max(killed_steps) >= 4  # steps past the checkpoint, run again after resuming
+    assert max(killed_steps) >= 7  # steps past the checkpoint, run again after resuming
     assert _steps_partial(run / "attempts" / "1" / "metrics.jsonl") == killed_steps
     a, b = losses(tmp_path / "ref"), losses(run)
     assert len(a) == len(b) == STEPS
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-3, (a, b)
 
     manifest = json.loads((run / "manifest.json").read_text())
-    assert manifest["status"] == "ok" and manifest["attempt"] == 2
-    assert manifest["resumed_from_checkpoint"] >= 3
-    assert [h["status"] for h in manifest["attempts"]] == ["failed", "ok"]
-    assert manifest["attempts"][0]["failure"]["class"] == "killed"
+    assert manifest["status"] == "ok" and manifest["attempt"] == 3
+    assert manifest["resumed_from_checkpoint"] == 3
+    history = manifest["attempts"]
+    assert [h["status"] for h in history] == ["failed", "failed", "ok"]
+    assert history[0]["failure"]["class"] == "killed"
+    assert history[1]["failure"]["class"] == "corrupt_checkpoint"
+    assert history[1]["failure"]["set_aside"] == {"checkpoint": 6, "moved_to": str(aside)}
     assert json.loads((run / "summary.json").read_text())["steps"] == STEPS
 
     # A finished run directory is never overwritten.

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from subprocess import PIPE
 
 import pytest
 import yaml
 
-from conftest import moekit
-from moekit import redact
+from conftest import REPO, moekit
+from moekit import redact, worker
 
 # Planted values: each one must never appear anywhere moekit or MaxText writes.
 HF = "hf_plantedTokenValue0123456789"
@@ -96,11 +102,20 @@ def test_training_run_writes_no_secret(tmp_path):
     """A real run (with checkpoints, TensorBoard and MaxText's config log) with tokens in the environment and
     the config: no file under the run directory, and neither stdout nor stderr, contains one."""
     run = tmp_path / "run"
-    proc = moekit(
-        "train", "experiment=smoke", "train.steps=2", "checkpoint.every=1", f"run.dir={run}", *OVERRIDES, env=ENV
+    argv = ["train", "experiment=smoke", "train.steps=2", "checkpoint.every=1", f"run.dir={run}", *OVERRIDES]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moekit", *argv], cwd=REPO, env=os.environ | ENV, stdout=PIPE, stderr=PIPE, text=True
     )
-    assert proc.returncode == 0, proc.stderr + proc.stdout[-2000:]
-    _assert_clean(proc.stdout + proc.stderr, "moekit's output")
+    seen = _watch_workers(run, proc)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err + out[-2000:]
+    _assert_clean(out + err, "moekit's output")
+    # Every user of the host can read a command line; the worker's never held the token. Its environment (readable
+    # by its owner only) carried it, as HF_TOKEN, which MaxText reads itself.
+    assert seen, "no worker was seen while the run ran"
+    for cmdline, environ in seen:
+        assert "hf_access_token" not in cmdline and EXTRA not in cmdline and "run_name=smoke" in cmdline
+        assert f"HF_TOKEN={EXTRA}" in environ
     files = [p for p in run.rglob("*") if p.is_file()]
     assert any("tfevents" in p.name for p in files) and any("checkpoints" in p.parts for p in files)
     for path in files:
@@ -114,6 +129,60 @@ def test_training_run_writes_no_secret(tmp_path):
     assert "maxtext.extra.hf_access_token=<redacted>" in job["overrides"]
     # The process still got the real values (MaxText needs its token): the log shows the key, not the value.
     assert "hf_access_token" in (run / "job.json").read_text()
+
+
+def _watch_workers(run, proc) -> list[tuple[str, str]]:
+    """(command line, environment) of each moekit worker of `run`, read from /proc while `proc` runs."""
+    seen: dict[int, tuple[str, str]] = {}
+    while proc.poll() is None:
+        for d in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if "moekit.worker" in cmdline and str(run) in cmdline and int(d.name) not in seen:
+                    environ = (d / "environ").read_bytes().replace(b"\0", b"\n").decode(errors="replace")
+                    seen[int(d.name)] = (cmdline, environ)
+            except (OSError, ValueError):
+                continue
+        time.sleep(0.2)
+    return list(seen.values())
+
+
+def test_secret_arguments_stay_off_a_real_workers_command_line(tmp_path):
+    """moekit's worker, with a stand-in for MaxText's trainer that reports its argv: a secret MaxText argument
+    travels in the environment and joins sys.argv inside the process; /proc/PID/cmdline never shows it."""
+    (tmp_path / "stub_trainer.py").write_text(
+        "import json, os, sys, time\n"
+        "print('ARGV ' + json.dumps(sys.argv), flush=True)\n"
+        "print('LEFT ' + str('MOEKIT_SECRET_ARGS' in os.environ), flush=True)\n"
+        "time.sleep(2)\n"
+    )
+    secret = "plantedApiKey0123456789"
+    argv, env = worker.hide_secrets(
+        [sys.executable, "-m", "moekit.worker", "stub_trainer", "run_name=r", f"wandb_api_key='{secret}'", "steps=3"],
+        {"wandb_api_key"},
+    )
+    assert secret not in " ".join(argv) and json.loads(env[worker.SECRET_ARGS]) == [f"wandb_api_key='{secret}'"]
+    proc = subprocess.Popen(
+        argv, env=os.environ | env | {"PYTHONPATH": str(tmp_path)}, stdout=PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    first = next(line for line in proc.stdout if line.startswith("ARGV "))  # after the worker's imports
+    cmdline = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()  # while it runs
+    rest = proc.stdout.read()  # to the end (communicate would skip what the line iterator has buffered)
+    proc.wait(timeout=60)
+    assert json.loads(first[5:])[1:] == [
+        "run_name=r",
+        "steps=3",
+        f"wandb_api_key='{secret}'",
+    ]
+    assert "LEFT False" in rest  # not inherited by what the trainer starts
+    assert secret not in cmdline and "wandb_api_key" not in cmdline and "steps=3" in cmdline
+
+
+def test_hf_access_token_goes_where_maxtext_reads_it():
+    argv, env = worker.hide_secrets(
+        ["python", "-m", "moekit.worker", "m", "hf_access_token='hf_abc123xyz'"], {"hf_access_token"}
+    )
+    assert argv == ["python", "-m", "moekit.worker", "m"] and env == {"HF_TOKEN": "hf_abc123xyz"}
 
 
 def test_secret_free_config_round_trips():

@@ -126,9 +126,10 @@ def _fake(folder: Path, name: str, body: str) -> None:
 def test_script_hands_srun_the_words_as_configured(tmp_path):
     """Hostile values reach srun as single words, and nothing in them runs (bash executes the script, with
     stand-ins for srun and scancel that record their argv)."""
-    hostile = 'x;$(touch PWNED) `touch PWNED` "c" &|<> *'
+    hostile = 'x;$(touch PWNED) `touch PWNED` "c" &|<> *'  # (an image reference is refused at validation)
+    workdir = "/w" + hostile
     text, _, _ = cmd.render(
-        ["experiment=smoke", "target=slurm", f"cluster.image='{hostile}'", f"run.name='{hostile}'"]
+        ["experiment=smoke", "target=slurm", f"cluster.container_workdir='{workdir}'", f"run.name='{hostile}'"]
         + ["cluster.container_mounts=[/data:/data:ro]"]
     )
     fakes = tmp_path / "bin"
@@ -140,8 +141,8 @@ def test_script_hands_srun_the_words_as_configured(tmp_path):
     proc = subprocess.run(["bash", str(script)], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert proc.returncode == 3, proc.stderr  # the step's status is the job's
     argv = (tmp_path / "srun.argv").read_text().split("\0")[:-1]
-    assert f"--container-image={hostile}" in argv
-    assert "--container-mounts=/home/u/my job:/workspace,/data:/data:ro" in argv
+    assert f"--container-workdir={workdir}" in argv
+    assert f"--container-mounts=/home/u/my job:{workdir},/data:/data:ro" in argv
     assert f"run.name='{hostile}'" in argv  # the override as given, for Hydra to read
     assert argv[-1] == "run.dir=outputs/smoke/slurm-42"
     assert not list(tmp_path.rglob("PWNED"))

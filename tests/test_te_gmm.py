@@ -21,6 +21,7 @@ from moekit.config.checks import problems
 from moekit.errors import MoekitError
 from moekit.maxtext_validate import validate
 from moekit.observe import compare
+from moekit.run import preflight as run_preflight
 from moekit.te_gmm import BUCKETS_ENV, MODE_ENV, call_site, grouped, hook, preflight
 from moekit.translate.job import build
 from moekit.translate.maxtext_args import maxtext_args
@@ -134,7 +135,7 @@ def test_real_probes_on_this_host_know_its_maxtext_and_miss_te():
     assert call_site.problem(call_site.moe_source(), call_site.installed_version()) is None  # MaxText 0.2.5
     if shutil.which("nvidia-smi") is None and "transformer_engine" not in sys.modules:
         with pytest.raises(MoekitError, match="transformer_engine is not importable"):
-            preflight.ensure_ready(compose(PROXY, ["moe=te_gmm"]))
+            run_preflight.ensure(compose(PROXY, ["moe=te_gmm"]), run_preflight.Host({}), dry_run=False)
 
 
 # ---- the MaxText source the hook patches ----

@@ -43,6 +43,13 @@ for phase in "$@"; do
         python3 -c "from jax.profiler import ProfileData as P; print('ProfileData', P.from_file, P.from_serialized_xspace)"
         timeout 60 $MOEKIT train experiment=dsv3_proxy_h200 --dry-run; } > "$OUT/preflight.txt" 2>&1
       log "preflight rc=$?"
+      # The checks before launch on this host's jaxlib (CUDA build): the blog's xla_gpu_* flags pass, a misspelled
+      # one stops with exit 2 and its key named (expected: the preflight JSON with no problems, then "typo rc=2").
+      { timeout 120 $MOEKIT train experiment=dsv3_proxy_h200 xla=blog --dry-run --format json \
+          | python3 -c "import json, sys; print(json.dumps(json.load(sys.stdin)['preflight']))"
+        timeout 120 $MOEKIT train experiment=dsv3_proxy_h200 xla=blog \
+          xla.flags.xla_gpu_enable_latency_hiding_schedular=true --dry-run > /dev/null; echo "typo rc=$?"
+      } >> "$OUT/preflight.txt" 2>&1
       # Every command module must import here, or every later `moekit` call fails the same way: stop now.
       python3 -c "import importlib, moekit.cli as c; [importlib.import_module('moekit.commands.' + m) for m in c.COMMANDS.values()]" \
         >> "$OUT/preflight.txt" 2>&1 || { log "moekit cli broken"; exit 1; } ;;

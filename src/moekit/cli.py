@@ -1,14 +1,18 @@
 """moekit's command line: thin dispatch to commands/<name>.py, user errors printed without a traceback.
 
-Each command module defines `HELP`, `add_arguments(parser)` and `run(args) -> int`.
+Each command module defines `HELP`, `add_arguments(parser)` and `run(args) -> int`. A command's options and
+its overrides may come in any order (`train experiment=smoke --dry-run run.dir=X`).
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import importlib
 import importlib.util
+import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -29,6 +33,32 @@ COMMANDS = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with "did you mean" for a mistyped option, choice or command (difflib)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        super().error(message + _did_you_mean(self, message))
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    unknown = re.search(r"unrecognized arguments: (.+)", message)
+    if unknown:
+        flags = [s for a in parser._actions for s in a.option_strings]
+        hints = []
+        for word in unknown.group(1).split():
+            name = word.split("=", 1)[0]
+            close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6) if name.startswith("-") else []
+            if close:
+                hints.append(f"{close[0]} (for {word})")
+        return f"\n  did you mean {', '.join(hints)}?" if hints else ""
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.+)\)", message)
+    if choice:
+        options = re.findall(r"'?([^',\s]+)'?", choice.group(2))
+        close = difflib.get_close_matches(choice.group(1), options, n=1, cutoff=0.6)
+        return f"\n  did you mean {close[0]}?" if close else ""
+    return ""
+
+
 def command_help(module: str) -> str:
     """A command module's HELP, read from its source without importing it."""
     spec = importlib.util.find_spec(f"moekit.commands.{module}")
@@ -39,25 +69,37 @@ def command_help(module: str) -> str:
     return ""
 
 
-def _parser(argv: list[str]) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="moekit", description="Dropless MoE training with JAX + TE + MaxText.")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    for name, module in COMMANDS.items():
-        if name != chosen:
-            sub.add_parser(name, help=command_help(module))
-            continue
-        mod = importlib.import_module(f"moekit.commands.{module}")
-        mod.add_arguments(sub.add_parser(name, help=mod.HELP, description=mod.HELP))
+def _command_parser(name: str) -> argparse.ArgumentParser:
+    mod = importlib.import_module(f"moekit.commands.{COMMANDS[name]}")
+    p = Parser(prog=f"moekit {name}", description=mod.HELP)
+    mod.add_arguments(p)
     return p
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = Parser(prog="moekit", description="Dropless MoE training with JAX + TE + MaxText.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    for name, module in COMMANDS.items():
+        sub.add_parser(name, help=command_help(module))  # each command's own parser is _command_parser's
+    return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The command's arguments; options may stand between overrides (argparse's intermixed parsing)."""
+    if not argv or argv[0] not in COMMANDS:
+        return _parser().parse_args(argv)  # --help, or an unknown command: argparse explains
+    p = _command_parser(argv[0])
+    nested = any(isinstance(a, argparse._SubParsersAction) for a in p._actions)  # `bench gmm`: argparse cannot mix
+    args = p.parse_args(argv[1:]) if nested else p.parse_intermixed_args(argv[1:])
+    args.command = argv[0]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", module="hydra")
     warnings.filterwarnings("ignore", category=UserWarning)
-    argv = sys.argv[1:] if argv is None else argv
-    args = _parser(argv).parse_args(argv)
     try:
+        args = parse(sys.argv[1:] if argv is None else argv)
         return importlib.import_module(f"moekit.commands.{COMMANDS[args.command]}").run(args)
     except MoekitError as exc:
         print(f"moekit: error: {exc}", file=sys.stderr)
@@ -65,6 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("moekit: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`moekit ... | head`): nothing more to say, no traceback
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer whose pipe closed
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

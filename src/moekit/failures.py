@@ -1,14 +1,17 @@
-"""Classify a failed training process from its exit code and the tail of its log (pure).
+"""Classify a failed training process from its exit code and its log (pure).
 
 The class names a section of docs/troubleshooting.md, which lists its usual causes and fixes. Log
 evidence wins over the exit code: a rendezvous that times out ends in SIGABRT, and an out-of-memory
-kill may leave a message before the signal.
+kill may leave a message before the signal. Most classes are read from the log's tail; a full disk is
+searched in the whole log, since the write that failed may lie far above the traceback it caused.
 """
 
 from __future__ import annotations
 
 import re
 import signal
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 DOC = "docs/troubleshooting.md"
@@ -20,10 +23,38 @@ class FailureClass:
     title: str
     patterns: tuple[str, ...]
     """Regular expressions searched in the log tail (first class with a match wins)."""
+    whole_log: bool = False
+    """Search every line of the log, not only the tail."""
 
 
-# Order matters: the most specific evidence first.
+TAIL_LINES = 200
+
+# Order matters: the most specific evidence first. Disk full before out of memory: XLA and TensorStore report
+# a failed write as RESOURCE_EXHAUSTED too.
 CLASSES = (
+    FailureClass(
+        "disk_full",
+        "disk full",
+        (
+            r"No space left on device",
+            r"\bENOSPC\b",
+            r"[Dd]isk quota exceeded",
+            r"\bEDQUOT\b",
+            r"RESOURCE_EXHAUSTED.*[Ff]ailed (writing|to write)",
+        ),
+        whole_log=True,
+    ),
+    FailureClass(
+        "corrupt_checkpoint",
+        "corrupt checkpoint",
+        (  # what Orbax 0.12 / TensorStore say when a checkpoint's files are damaged or missing (restore)
+            r"NoEntryError: .*Failed to load checkpointable",
+            r"Metadata file \(named \w+\) does not exist",
+            r"checkpointables: .* were not found in the checkpoint",
+            r"(DATA_LOSS|OUT_OF_RANGE): .*(OCDBT|zarr|checkpoint)",
+            r"Error (reading|decoding|opening) .* in OCDBT database",
+        ),
+    ),
     FailureClass(
         "out_of_memory",
         "out of memory",
@@ -61,6 +92,8 @@ CLASSES = (
             r"validation errors? for \w*Config",
             r'File ".*/maxtext/configs/',
             r"Requested training up to step",
+            r"Unknown flags? in XLA_FLAGS",
+            r"Couldn't interpret value .* for flag",
             r"moekit: configuration error",
         ),
     ),
@@ -117,19 +150,44 @@ def _signal_name(num: int) -> str:
         return f"signal {num}"
 
 
-def classify(returncode: int, log_tail: str) -> Failure:
-    """The class of one failed process (returncode != 0) from the last lines of its output."""
-    lines = log_tail.splitlines()
+def _excerpt(line: str, match: re.Match[str], width: int = 300) -> str:
+    """The line, or the part of a long one around what matched."""
+    line = line.strip()
+    if len(line) <= width:
+        return line
+    start = max(0, min(match.start() - width // 2, len(line) - width))
+    return ("..." if start else "") + line[start : start + width] + ("..." if start + width < len(line) else "")
+
+
+def classify(returncode: int, log: str | Iterable[str], tail_lines: int = TAIL_LINES) -> Failure:
+    """The class of one failed process (returncode != 0) from its output: text or lines (an open log file
+    streams: only the last `tail_lines` are kept in memory, whole-log classes see every line)."""
+    lines = log.splitlines() if isinstance(log, str) else log
+    tail: deque[str] = deque(maxlen=tail_lines)
+    whole = [(cls, [re.compile(p) for p in cls.patterns]) for cls in CLASSES if cls.whole_log]
+    found: dict[str, str] = {}
+    for line in lines:
+        tail.append(line)
+        for cls, rxs in whole:
+            if cls.name not in found:
+                m = next((m for rx in rxs if (m := rx.search(line))), None)
+                if m:
+                    found[cls.name] = _excerpt(line, m)
     for cls in CLASSES:
+        if cls.whole_log:
+            if cls.name in found:
+                return Failure(cls.name, cls.title, returncode, found[cls.name])
+            continue
         for pattern in cls.patterns:
             rx = re.compile(pattern)
-            for line in reversed(lines):
-                if rx.search(line):
-                    return Failure(cls.name, cls.title, returncode, line.strip()[:300])
-    if JOINING in log_tail and JOINED not in log_tail:
+            for line in reversed(tail):
+                if m := rx.search(line):
+                    return Failure(cls.name, cls.title, returncode, _excerpt(line, m))
+    text = "\n".join(tail)
+    if JOINING in text and JOINED not in text:
         return Failure("rendezvous_timeout", "rendezvous timeout", returncode, "the process never joined the job")
     sig = signal_of(returncode)
     if sig is not None and sig != signal.SIGABRT:
         return Failure(KILLED.name, KILLED.title, returncode, f"terminated by {_signal_name(sig)}")
-    last = next((ln.strip() for ln in reversed(lines) if ln.strip()), f"exit status {returncode}")
+    last = next((ln.strip() for ln in reversed(tail) if ln.strip()), f"exit status {returncode}")
     return Failure(OTHER.name, OTHER.title, returncode, last[:300])

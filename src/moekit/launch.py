@@ -3,17 +3,24 @@
 Process 0's output is streamed line by line to a callback (progress) and to its log; the others go
 to their own logs. When any process fails, the rest are stopped: a JAX job cannot go on without one
 of its members, and a process left waiting at a collective would hang forever.
+
+A pump never dies while its process lives: when its log cannot be written (disk full) or the callback fails
+(stdout closed), it keeps reading, so the process never blocks on a full pipe. A full disk can still hang the
+process itself (MaxText 0.2.5 waits forever once its TensorBoard writer thread died of ENOSPC), so a group
+whose log has hit a full disk is given `full_disk_grace_s` to end on its own, then stopped.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -30,18 +37,63 @@ class Outcome:
     failed_rank: int | None
     """The first process that exited non-zero (None when all succeeded)."""
     wall_s: float
+    log_errors: list[str | None] = field(default_factory=list)
+    """Per process: why its log could not be written in full (None: it was)."""
+    unlogged: list[list[str]] = field(default_factory=list)
+    """Per process: the last lines that did not reach its log (kept in memory instead)."""
 
 
-def _pump(stream, log: Path, on_line: Callable[[str], None] | None, scrub: Callable[[str], str] | None) -> None:
-    with open(log, "a", encoding="utf8", errors="replace") as fh:
-        for raw in stream:
-            line = raw.decode("utf8", errors="replace") if isinstance(raw, bytes) else raw
-            if scrub is not None:
-                line = scrub(line)
-            fh.write(line)
-            fh.flush()
-            if on_line is not None:
-                on_line(line.rstrip("\n"))
+KEEP_UNLOGGED = 200
+
+
+class _Pump:
+    """Copy one process's output to its log (and process 0's to a callback), surviving a failing log or callback."""
+
+    def __init__(self, stream, log: Path, on_line: Callable[[str], None] | None, scrub: Callable[[str], str] | None):
+        self.stream, self.log, self.on_line, self.scrub = stream, log, on_line, scrub
+        self.error: str | None = None
+        self.disk_full_at: float | None = None  # when a write to the log failed for lack of space
+        self.unlogged: deque[str] = deque(maxlen=KEEP_UNLOGGED)
+
+    def __call__(self) -> None:
+        try:
+            fh = open(self.log, "a", encoding="utf8", errors="replace")
+        except OSError as exc:
+            fh, self.error = None, f"cannot open {self.log}: {exc}"
+        try:
+            for raw in self.stream:
+                line = raw.decode("utf8", errors="replace") if isinstance(raw, bytes) else raw
+                if self.scrub is not None:
+                    line = self.scrub(line)
+                fh = self._write(fh, line)
+                if self.on_line is not None:
+                    try:
+                        self.on_line(line.rstrip("\n"))
+                    except Exception:  # stdout closed or full: progress is optional, the run is not
+                        self.on_line = None
+        finally:
+            if fh is not None:
+                try:
+                    fh.close()
+                except OSError as exc:
+                    self.error = self.error or f"cannot write {self.log}: {exc}"
+
+    def _write(self, fh, line: str):
+        if fh is not None:
+            try:
+                fh.write(line)
+                fh.flush()
+                return fh
+            except OSError as exc:  # ENOSPC, EDQUOT, EIO: stop writing, keep reading
+                self.error = f"cannot write {self.log}: {exc}"
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    self.disk_full_at = time.monotonic()
+                try:
+                    fh.close()
+                except OSError:
+                    pass
+        self.unlogged.append(line.rstrip("\n"))
+        return None
 
 
 def run(
@@ -49,14 +101,17 @@ def run(
     on_line: Callable[[str], None] | None = None,
     grace_s: float = 10.0,
     scrub: Callable[[str], str] | None = None,
+    full_disk_grace_s: float = 30.0,
 ) -> Outcome:
-    """Run every process to completion; stop the group as soon as one fails.
+    """Run every process to completion; stop the group as soon as one fails, or `full_disk_grace_s` after a log
+    could not be written for lack of space (that process then counts as the failed one).
 
     `scrub` rewrites each output line before it reaches a log or `on_line` (secrets never land on disk).
     """
     start = time.monotonic()
     procs: list[subprocess.Popen] = []
-    pumps: list[threading.Thread] = []
+    pumps: list[_Pump] = []
+    threads: list[threading.Thread] = []
     try:
         for rank, spec in enumerate(specs):
             proc = subprocess.Popen(
@@ -68,17 +123,21 @@ def run(
                 start_new_session=True,  # its own process group, so a stop reaches its children too
             )
             procs.append(proc)
-            t = threading.Thread(
-                target=_pump, args=(proc.stdout, spec.log, on_line if rank == 0 else None, scrub), daemon=True
-            )
+            pump = _Pump(proc.stdout, spec.log, on_line if rank == 0 else None, scrub)
+            t = threading.Thread(target=pump, daemon=True)
             t.start()
-            pumps.append(t)
+            pumps.append(pump)
+            threads.append(t)
         failed: int | None = None
         while True:
             codes = [p.poll() for p in procs]
             bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
             if bad and failed is None:
                 failed = bad[0]
+                _stop(procs, grace_s)
+            full = [i for i, p in enumerate(pumps) if p.disk_full_at is not None and codes[i] is None]
+            if full and failed is None and time.monotonic() - pumps[full[0]].disk_full_at > full_disk_grace_s:
+                failed = full[0]
                 _stop(procs, grace_s)
             if all(c is not None for c in codes):
                 break
@@ -87,9 +146,15 @@ def run(
         _stop(procs, grace_s)
         raise
     finally:
-        for t in pumps:
+        for t in threads:
             t.join(timeout=5)
-    return Outcome([p.returncode for p in procs], failed, time.monotonic() - start)
+    return Outcome(
+        [p.returncode for p in procs],
+        failed,
+        time.monotonic() - start,
+        [p.error for p in pumps],
+        [list(p.unlogged) for p in pumps],
+    )
 
 
 def _stop(procs: Sequence[subprocess.Popen], grace_s: float) -> None:

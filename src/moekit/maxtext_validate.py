@@ -1,48 +1,127 @@
 """Ask the installed MaxText whether it accepts a translated command line, without training.
 
 Runs MaxText's own validator (maxtext.configs.pyconfig.initialize) in a subprocess on CPU with as many
-forced host devices as the job has, so mesh and sharding checks run as they would on the cluster.
+forced host devices as the job has, so mesh and sharding checks run as they would on the cluster. Starting
+it costs seconds (importing jax and MaxText's config schema: 4-6 s of CPU time on this 2-core machine), so
+an accepted command line is remembered in moekit's cache under the hash of what decides the answer: the
+arguments, the device and slice counts, and the MaxText, jax and Python versions.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
 
+from moekit import cache
 from moekit.errors import MoekitError
 
 _PROBE = r"""
-import json, sys
-from maxtext.configs import pyconfig
+import difflib, json, re, sys
+from maxtext.configs import pyconfig, types
+
+def keys(model):  # every key MaxText's config accepts, nested sections included
+    out, todo = set(), [model]
+    while todo:
+        for name, f in todo.pop().model_fields.items():
+            out.add(name)
+            if hasattr(f.annotation, "model_fields"):
+                todo.append(f.annotation)
+    return out
+
+argv = sys.argv[1:]
 try:
-    cfg = pyconfig.initialize(["train"] + sys.argv[1:])
+    pyconfig.initialize(["train"] + argv)
 except BaseException as exc:  # MaxText raises ValueError, pydantic errors or SystemExit
-    print("MOEKIT-RESULT " + json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}))
+    known = keys(types.MaxTextConfig)
+    given = [a.split("=", 1)[0] for a in argv]
+    unknown = {k: difflib.get_close_matches(k, sorted(known), n=1) for k in given if k not in known}
+    problems = []
+    for err in getattr(exc, "errors", lambda: [])():
+        msg = str(err.get("msg", ""))
+        loc = [str(p) for p in err.get("loc", ())]
+        named = [k for k in sorted(known) if k in loc or re.search(r"\b%s\b" % re.escape(k), msg)]
+        problems.append({"msg": msg, "keys": named})
+    result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "unknown": unknown, "problems": problems}
+    print("MOEKIT-RESULT " + json.dumps(result))
     sys.exit(0)
 print("MOEKIT-RESULT " + json.dumps({"ok": True}))
 """
 
 
+@dataclass
 class MaxTextRejected(MoekitError):
     """MaxText's validator refused the translated arguments."""
 
+    error: str
+    unknown: dict[str, list[str]] = field(default_factory=dict)
+    """Keys MaxText does not know, each with its closest known key (if any)."""
+    problems: list[dict] = field(default_factory=list)
+    """Its validation errors: {msg, keys it names}."""
 
-def validate(args: Sequence[str], num_devices: int, num_slices: int = 1, timeout_s: float = 300) -> None:
-    """Raise MaxTextRejected with MaxText's message if it does not accept `args` (key=value strings)."""
+    def __post_init__(self) -> None:
+        super().__init__(f"MaxText's validator rejected the arguments: {self.error[:4000]}")
+
+
+class ValidatorUnavailable(MoekitError):
+    """MaxText's validator could not run here."""
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"python": sys.version.split()[0]}
+    for name in ("maxtext", "jax", "jaxlib", "pydantic"):
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def cache_key(args: Sequence[str], num_devices: int, num_slices: int) -> str:
+    """What decides MaxText's answer, hashed."""
+    blob = json.dumps([list(args), num_devices, num_slices, _versions()], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def validate(
+    args: Sequence[str],
+    num_devices: int,
+    num_slices: int = 1,
+    timeout_s: float = 300,
+    environ: Mapping[str, str] | None = None,
+    use_cache: bool = True,
+) -> bool:
+    """Raise MaxTextRejected with MaxText's findings if it does not accept `args` (key=value strings).
+
+    Returns True when the answer came from the cache (no subprocess ran).
+    """
     keep = [a for a in args if not a.startswith(("skip_jax_distributed_system=", "num_slices="))]
     argv = [*keep, "skip_jax_distributed_system=true", f"num_slices={num_slices}"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+    name = f"maxtext-accepted/{cache_key(argv, num_devices, num_slices)}"
+    if use_cache and cache.read(name, environ):
+        return True
+    base = os.environ if environ is None else environ
+    env = {k: v for k, v in base.items() if not k.startswith(("JAX_", "XLA_"))}
     env |= {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={num_devices}"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, *argv], env=env, capture_output=True, text=True, timeout=timeout_s
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE, *argv], env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        raise ValidatorUnavailable(f"MaxText's validator did not answer within {timeout_s:.0f} s") from None
     for line in proc.stdout.splitlines():
         if line.startswith("MOEKIT-RESULT "):
             result = json.loads(line.removeprefix("MOEKIT-RESULT "))
             if not result["ok"]:
-                raise MaxTextRejected(f"MaxText's validator rejected the arguments: {result['error']}")
-            return
-    raise MaxTextRejected(f"MaxText's validator did not run (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+                raise MaxTextRejected(result["error"], result.get("unknown", {}), result.get("problems", []))
+            if use_cache:
+                cache.write(name, {"accepted": True, "versions": _versions()}, environ)
+            return False
+    if "No module named 'maxtext'" in proc.stderr:
+        raise ValidatorUnavailable("MaxText is not installed in this Python (import maxtext failed)")
+    raise ValidatorUnavailable(f"MaxText's validator did not run (exit {proc.returncode}):\n{proc.stderr[-2000:]}")

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from moekit.errors import MoekitError
 
 if TYPE_CHECKING:
     from moekit.config.schema import Config
@@ -46,7 +51,6 @@ def configured_dir(cfg: Config) -> str | None:
     return f"{volume.path.rstrip('/')}/{cfg.cluster.name or cfg.experiment_name}"
 
 
-
 def write_atomic(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,6 +66,40 @@ def write_atomic(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def write_record(path: Path, data: Any) -> None:
+    """write_json, and on a full disk a rewrite in place: the blocks of the record it replaces are reused, so the
+    outcome of a run still lands when there is no room for a second copy (atomicity is what is given up)."""
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        if exc.errno not in FULL or not path.is_file():
+            raise
+        with open(path, "r+", encoding="utf8") as fh:
+            fh.truncate(0)
+            fh.write(text)
+
+
+class RecordError(MoekitError):
+    """The run directory cannot take the run's records."""
+
+
+@contextmanager
+def records_before_launch(run: Path) -> Iterator[None]:
+    """Writing config, command and manifest before the processes start: a failure stops the run, cleanly."""
+    try:
+        yield
+    except OSError as exc:
+        full = " (the disk is full)" if exc.errno in FULL else ""
+        raise RecordError(
+            f"cannot write the run's records to {run}: {exc.strerror}{full}; nothing was launched. "
+            "Fix: free space there, or run.dir=<a folder with space> (or leave run.dir unset)."
+        ) from None
 
 
 def write_yaml(path: Path, data: Any) -> None:

@@ -8,10 +8,14 @@ Usage: python -m moekit.worker <module> key=value ...
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import runpy
 import signal
 import sys
+from collections.abc import Collection, Sequence
+
+import yaml
 
 from moekit import rendezvous as rz
 from moekit import te_gmm
@@ -21,6 +25,31 @@ from moekit.rundir import PROFILE_DIR_ENV
 
 _PR_SET_PDEATHSIG = 1
 LAUNCHER_PID = "MOEKIT_LAUNCHER_PID"  # set by `moekit train` for the processes it starts
+# MaxText arguments with secret values (JSON list of key=value), kept off the command line: every user of the
+# host can read a process's argv (ps, /proc/PID/cmdline), while its environment is readable by its owner only.
+SECRET_ARGS = "MOEKIT_SECRET_ARGS"
+# Secret MaxText keys that MaxText itself reads from a variable (pyconfig: hf_access_token from HF_TOKEN).
+MAXTEXT_READS_FROM_ENV = {"hf_access_token": "HF_TOKEN"}
+
+
+def hide_secrets(argv: Sequence[str], secret_keys: Collection[str]) -> tuple[list[str], dict[str, str]]:
+    """Split a worker command line into the part that may be shown and the environment that carries the rest.
+
+    `argv` is `python -m moekit.worker <module> key=value ...`; an argument whose key is in `secret_keys` moves
+    to the environment, where the worker (or MaxText) reads it inside the process.
+    """
+    shown, env, hidden = [], {}, []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if not eq or key not in secret_keys:
+            shown.append(arg)
+        elif key in MAXTEXT_READS_FROM_ENV:
+            env[MAXTEXT_READS_FROM_ENV[key]] = str(yaml.safe_load(value) if value else "")
+        else:
+            hidden.append(arg)
+    if hidden:
+        env[SECRET_ARGS] = json.dumps(hidden)
+    return shown, env
 
 
 def die_with_parent(environ: dict[str, str]) -> None:
@@ -131,7 +160,9 @@ def main() -> None:
             hook.install_from_env(dict(os.environ))
         except hook.HookError as exc:
             raise SystemExit(f"moekit: {exc}") from None
-    sys.argv = [module, *sys.argv[2:]]
+    secret = json.loads(os.environ.pop(SECRET_ARGS, "[]"))  # not inherited by what MaxText starts
+    # sys.argv lives in this process's memory: what ps and /proc/PID/cmdline show stays the original argv.
+    sys.argv = [module, *sys.argv[2:], *secret]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 

@@ -8,6 +8,7 @@ Every run is composed and checked before the first one starts.
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from moekit import redact, rundir
 from moekit.config.checks import ensure_valid
 from moekit.config.compose import compose, group_options
 from moekit.errors import ConfigError
+from moekit.run import preflight
 
 SWEEP = "sweep.json"  # the sweep's runs: overrides, run directory, exit status
 
@@ -81,11 +83,16 @@ def run_sweep(overrides: Sequence[str], dry_run: bool = False) -> int:
     from moekit.commands import train as train_cmd
 
     runs = expand(overrides)
-    for r in runs:  # every configuration error before anything starts
-        ensure_valid(compose(r))
-    if dry_run:
+    configs = [ensure_valid(compose(r)) for r in runs]  # every configuration error before anything starts
+    if dry_run:  # and, as each run's own --dry-run does, the host probes
         print(f"# multirun: {len(runs)} run(s)")
-        print("\n".join(f"[{i}] {' '.join(redact.redact_assignments(r))}" for i, r in enumerate(runs)))
+        for i, (r, cfg) in enumerate(zip(runs, configs, strict=True)):
+            view = redact.redact_tree(cfg.to_dict(), [*cfg.run.secrets, *(s.env for s in cfg.cluster.secrets)])
+            try:
+                checked = preflight.ensure(cfg, preflight.Host(dict(os.environ), view), dry_run=True)
+            except preflight.PreflightError as exc:
+                raise preflight.PreflightError(f"run [{i}] ({' '.join(redact.redact_assignments(r))}): {exc}") from None
+            print(f"[{i}] {' '.join(redact.redact_assignments(r))}" + (f"\n{checked.text()}" if checked.found else ""))
         return 0
     folder, runs = sweep_dir(runs, datetime.now(UTC))
     print(f"moekit: multirun of {len(runs)} run(s) -> {folder}", flush=True)

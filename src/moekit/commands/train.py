@@ -3,34 +3,34 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import collections
+import contextlib
+import itertools
 import json
 import os
 import signal
-import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from moekit import attempts, failures, launch, redact, rundir
+from moekit import attempts, failures, launch, redact, rundir, worker
 from moekit import rendezvous as rz
 from moekit.config.checks import CHECKS, ensure_valid, format_warnings, warnings
 from moekit.config.compose import compose
 from moekit.config.schema import Config
-from moekit.errors import MoekitError
 from moekit.observe import metrics, profile, progress, summary
-from moekit.te_gmm import preflight as te_gmm_preflight
+from moekit.run import checkpoints, preflight
 from moekit.translate import job as jobmod
 from moekit.translate.env import EnvVar
 from moekit.translate.maxtext_args import Arg
 from moekit.translate.xla_flags import flag_origins
 from moekit.versions import versions
-from moekit.worker import LAUNCHER_PID
 
 HELP = "compose, validate, launch MaxText, summarize"
 
@@ -54,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
 
 # Inherited variables that change how a run behaves, recorded (redacted) in job.json for reproduction.
 RECORDED_ENV_PREFIXES = ("JAX_", "XLA_", "NCCL_", "NVTE_", "TF_", "CUDA_", "HF_", "MOEKIT_", "LIBTPU_")
-LOG_TAIL_LINES = 200
 
 
 class Interrupted(BaseException):
@@ -81,58 +80,6 @@ def redacted_job(job: jobmod.Job, names: list[str]) -> jobmod.Job:
         for v in job.env
     ]
     return jobmod.Job(args, job.xla_flags, env)
-
-
-def ensure_port_free(cfg: Config) -> None:
-    """Two local multi-process jobs on one coordinator port would join each other's rendezvous (gRPC shares the
-    port), and fail much later in confusing ways: refuse a port that is already taken, before launching."""
-    if cfg.cluster.kind != "local" or cfg.num_processes == 1:
-        return
-    port = cfg.cluster.coordinator_port
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed job's TIME_WAIT is no conflict
-        try:
-            probe.bind(("", port))
-            return
-        except OSError:
-            pass
-    with socket.socket() as free:
-        free.bind(("", 0))
-        suggestion = free.getsockname()[1]
-    raise rz.RendezvousError(
-        f"cluster.coordinator_port={port} is in use on this host (another multi-process job?); nothing was "
-        f"launched. Fix: cluster.coordinator_port={suggestion} (a free port), or wait for the other job to end."
-    )
-
-
-def ensure_gpus_present(cfg: Config, dev: Path) -> None:
-    """A GPU config on a host without (enough) GPUs would start, import everything and fail minutes later."""
-    if cfg.hardware.platform != "gpu":
-        return
-    found = len([p for p in dev.glob("nvidia*") if p.name.removeprefix("nvidia").isdigit()])
-    want = cfg.cluster.gpus_per_node
-    if found == 0:
-        raise rz.RendezvousError(
-            f"hardware={cfg.hardware.name} needs NVIDIA GPUs, but this host has none ({dev}/nvidia0 is missing); "
-            "nothing was launched. Fix: hardware=cpu to train on CPU, or run on a GPU node "
-            "(in a container: docker run --gpus all ...)."
-        )
-    if found < want:
-        raise rz.RendezvousError(
-            f"cluster.gpus_per_node={want}, but this host has {found} GPU(s); nothing was launched. "
-            f"Fix: cluster.gpus_per_node={found} (and a mesh that fits), or run on a node with {want} GPUs."
-        )
-
-
-def ensure_te_present(cfg: Config) -> None:
-    """moe=te without TransformerEngine fails inside MaxText's model init, after compilation has started."""
-    if cfg.moe.backend != "te" or importlib.util.find_spec("transformer_engine") is not None:
-        return
-    raise MoekitError(
-        "moe=te runs TransformerEngine's MoE block, but transformer_engine is not importable here; nothing was "
-        "launched. Fix: run in moekit's image (its NGC JAX base ships TE with NCCL EP), install TE for JAX "
-        "(transformer-engine[jax], NCCL >= 2.30.4), or use moe=tokamax."
-    )
 
 
 def resolve_run_dir(
@@ -175,7 +122,7 @@ def describe(cfg: Config, job: jobmod.Job, procs: list[dict[str, str]]) -> dict[
     }
 
 
-def format_text(view: dict[str, Any], job: jobmod.Job) -> str:
+def format_text(view: dict[str, Any], job: jobmod.Job, checked: preflight.Report) -> str:
     width = max(len(a) for a in view["maxtext_args"])
     out = ["# resolved config", yaml.safe_dump(view["config"], sort_keys=False).rstrip(), ""]
     out.append("# MaxText command (each argument with the config choice that set it)")
@@ -185,6 +132,8 @@ def format_text(view: dict[str, Any], job: jobmod.Job) -> str:
     out += ["", "# environment"] + [f"  {v.name}={v.value}  # {v.origin}" for v in job.env if v.name != "XLA_FLAGS"]
     out += ["", f"# processes on this host ({len(view['processes'])}; rendezvous env)"]
     out += [f"  [{i}] {json.dumps(p, sort_keys=True)}" for i, p in enumerate(view["processes"])]
+    where = "this host is the target" if checked.target else "this host is not the target, so nothing here is fatal"
+    out += ["", f"# preflight ({where}: {checked.why})", checked.text() or "  every host probe passed"]
     return "\n".join(out)
 
 
@@ -203,23 +152,31 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     config_view = redact.redact_tree(cfg.to_dict(), names)
     shown_overrides = [scrub(o) for o in redact.redact_assignments(overrides, names)]
 
+    checked = preflight.ensure(cfg, preflight.Host(environ, config_view), dry_run=dry_run)  # as the real run does
     if dry_run:
         configured = rundir.configured_dir(cfg)
         placeholder = str(rundir.absolute(configured, Path.cwd())) if configured else "<run.dir>"
         job = redacted_job(jobmod.build(cfg, placeholder, f"{placeholder}/{rundir.METRICS}"), names)
         view = describe(cfg, job, jobmod.dry_run_processes(cfg, environ)) | {"config": config_view}
-        print(scrub(json.dumps(view, indent=2) if fmt == "json" else format_text(view, job)))
+        view["preflight"] = checked.to_dict()
+        print(scrub(json.dumps(view, indent=2) if fmt == "json" else format_text(view, job, checked)))
         return 0
 
     procs = jobmod.processes(cfg, environ)
-    ensure_port_free(cfg)
-    ensure_gpus_present(cfg, Path("/dev"))
-    ensure_te_present(cfg)
-    te_gmm_preflight.ensure_ready(cfg)
     first_process = int(procs[0].get(rz.PROCESS_ID, 0))
-    root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), first_process)
+    with rundir.records_before_launch(Path(rundir.configured_dir(cfg) or cfg.run.base_dir)):
+        root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), first_process)
     with attempts.locked(run):
-        return _run(cfg, root, run, previous, procs, environ, shown_overrides, config_view, scrub, now, phase)
+        while True:
+            rc = _run(cfg, root, run, previous, procs, environ, shown_overrides, config_view, scrub, now, phase)
+            fallback = checkpoints.after_attempt(run, root, cfg.run_name)
+            if fallback is None:
+                return rc
+            previous, message, again = fallback
+            print(message, file=sys.stderr, flush=True)
+            if not again:
+                return rc
+            now = datetime.now(UTC)
 
 
 def _run(
@@ -236,20 +193,18 @@ def _run(
     phase: progress.Phases,
 ) -> int:
     names = secret_names(cfg)
-    attempt = attempts.set_aside(run)
+    with rundir.records_before_launch(run):
+        attempt = attempts.set_aside(run)
     resume_step = attempts.latest_checkpoint(root, cfg.run_name)
     metrics_path = run / rundir.METRICS
     job = jobmod.build(cfg, str(root), str(metrics_path))  # one checkpoint set for all launchers, in the run directory
     view = describe(cfg, redacted_job(job, names), procs)
     inherited = {k: v for k, v in sorted(environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
-    rundir.write_yaml(run / rundir.CONFIG, config_view)
     job_record = {k: view[k] for k in ("maxtext_command", "maxtext_args", "xla_flags", "env", "processes")} | {
         "inherited_env": redact.redact_tree(inherited, names),
         "overrides": shown_overrides,
     }
-    rundir.write_atomic(run / rundir.JOB, scrub(json.dumps(job_record, indent=2)) + "\n")
     vers = versions()
-    rundir.write_json(run / rundir.VERSIONS, vers)
     history = [*(previous or {}).get("attempts", [])]
     if previous and previous.get("status") == "running":  # the last attempt's moekit died before recording
         history.append(
@@ -271,7 +226,11 @@ def _run(
         "resumed_from_checkpoint": resume_step,
         "attempts": history,
     }
-    rundir.write_json(run / rundir.MANIFEST, {"status": "running", **base})
+    with rundir.records_before_launch(run):  # a full disk or a vanished folder stops here, before any launch
+        rundir.write_yaml(run / rundir.CONFIG, config_view)
+        rundir.write_atomic(run / rundir.JOB, scrub(json.dumps(job_record, indent=2)) + "\n")
+        rundir.write_json(run / rundir.VERSIONS, vers)
+        rundir.write_json(run / rundir.MANIFEST, {"status": "running", **base})
     resumed = f", resuming from the checkpoint of step {resume_step}" if resume_step is not None else ""
     again = f" (attempt {attempt}{resumed})" if attempt > 1 else ""
     print(
@@ -280,11 +239,13 @@ def _run(
     )
 
     specs = []
+    secret_keys = {a.key for a in job.args if redact.is_secret_name(a.key, names)}
     for penv in procs:
         pid = int(penv.get(rz.PROCESS_ID, 0))
         log = run / jobmod.per_process(rundir.LOG, pid)
-        env = environ | job.env_dict | penv | {LAUNCHER_PID: str(os.getpid())}
-        specs.append(launch.ProcessSpec(job.argv(pid), env, log))
+        argv, secret_env = worker.hide_secrets(job.argv(pid), secret_keys)
+        env = environ | job.env_dict | penv | secret_env | {worker.LAUNCHER_PID: str(os.getpid())}
+        specs.append(launch.ProcessSpec(argv, env, log))
 
     started = time.monotonic()
     tty = sys.stdout.isatty()
@@ -309,21 +270,29 @@ def _run(
     if tty:
         print()
 
-    attempts.merge_metrics(run)
+    unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
+    _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
     if interrupted is not None:
         failure = failures.Failure(
             failures.KILLED.name, failures.KILLED.title, 128 + interrupted.signum, f"moekit received {interrupted}"
         )
     elif outcome.failed_rank is not None:
-        log = specs[outcome.failed_rank].log
-        tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:] if log.is_file() else []
-        failure = failures.classify(outcome.returncodes[outcome.failed_rank], "\n".join(tail))
+        rank = outcome.failed_rank
+        with _log_lines(specs[rank].log, outcome, rank) as lines:  # the whole log: a full disk may be far up
+            failure = failures.classify(outcome.returncodes[rank], lines)
 
     summ: dict[str, Any] = {}
     if metrics_path.is_file():
         peaks = cfg.hardware.peak_tflops.model_dump()
         starts = summary.attempt_starts([*history, {"resumed_from_checkpoint": resume_step}])
-        summ = summary.summarize(metrics.read(metrics_path), peaks, cfg.checkpoint.every, starts)
+        summ = (
+            _survive(
+                unrecorded,
+                "the metrics summary",
+                lambda: summary.summarize(metrics.read(metrics_path), peaks, cfg.checkpoint.every, starts),
+            )
+            or {}
+        )
     record = {
         "experiment": cfg.experiment_name,
         "run_dir": str(run),
@@ -341,7 +310,7 @@ def _run(
         "wall_s": round(outcome.wall_s, 2),
         **summ,
     }
-    rundir.write_json(run / rundir.SUMMARY, record)
+    _survive(unrecorded, rundir.SUMMARY, rundir.write_json, run / rundir.SUMMARY, record)
     status = {
         "status": "ok" if failure is None else "failed",
         "ended": datetime.now(UTC).isoformat(),
@@ -349,8 +318,18 @@ def _run(
         "failed_rank": outcome.failed_rank,
         "failure": failure.to_dict() if failure else None,
     }
+    if any(outcome.log_errors) or unrecorded:
+        status["incomplete"] = [e for e in outcome.log_errors if e] + unrecorded
     this = {"attempt": attempt, "started": base["started"], "resumed_from_checkpoint": resume_step, **status}
-    rundir.write_json(run / rundir.MANIFEST, {**base, **status, "attempts": [*history, this]})
+    _survive(
+        unrecorded,
+        rundir.MANIFEST,
+        rundir.write_record,
+        run / rundir.MANIFEST,
+        {**base, **status, "attempts": [*history, this]},
+    )
+    for problem in [e for e in outcome.log_errors if e] + unrecorded:
+        print(f"moekit: warning: {problem}", file=sys.stderr)
     if summ.get("steady_steps"):
         print(summary.format_summary(summ, cfg.hardware.name, cfg.hardware.peak_source))
     if cfg.profile.enabled:
@@ -375,9 +354,35 @@ def _report_failure(failure: failures.Failure, outcome: launch.Outcome, specs: l
     print(f"  run directory (resume with run.dir={run}): {run}", file=sys.stderr)
     if outcome.failed_rank is not None:
         log = specs[outcome.failed_rank].log
-        tail = log.read_text(errors="replace").splitlines()[-15:] if log.is_file() else []
+        with _log_lines(log, outcome, outcome.failed_rank) as lines:
+            tail = list(collections.deque((ln.rstrip("\n") for ln in lines), maxlen=15))
         print(f"  log: {log}", file=sys.stderr)
         print("\n".join("  | " + t for t in tail), file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _log_lines(log: Path, outcome: launch.Outcome, rank: int) -> Iterator[Iterable[str]]:
+    """Every line a process wrote: its log file, then what could not be written to it (and why)."""
+    unlogged = outcome.unlogged[rank] if outcome.unlogged else []
+    error = [f"moekit: {outcome.log_errors[rank]}"] if outcome.log_errors and outcome.log_errors[rank] else []
+    try:
+        fh = open(log, encoding="utf8", errors="replace")
+    except OSError:
+        fh = None
+    try:
+        yield itertools.chain(fh or (), unlogged, error)
+    finally:
+        if fh is not None:
+            fh.close()
+
+
+def _survive(problems: list[str], what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args); an OSError (a full disk) is noted in `problems` instead of ending moekit before it records."""
+    try:
+        return fn(*args)
+    except OSError as exc:
+        problems.append(f"could not record {what}: {exc}")
+        return None
 
 
 class _signals_interrupt:

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from moekit import rundir, trial, tuning
+from moekit.config import formats
 from moekit.config.checks import ensure_valid
 from moekit.config.compose import GROUPS, compose, config_dir
 from moekit.errors import ConfigError, MoekitError
@@ -88,9 +89,11 @@ def _same_config(a: list[str], b: list[str]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    candidates, references = _plan(args)
     experiment = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("experiment=")), None)
     name = args.name or f"{experiment or 'default'}_tuned"
+    if why := formats.EXPERIMENT_NAME.problem(name):  # it names conf/experiment/<name>.yaml and its experiment_name
+        raise ConfigError(f"--name {name!r} {why}.\n  fix: --name {experiment or 'default'}_tuned")
+    candidates, references = _plan(args)
     out = rundir.new_run_dir(rundir.absolute(args.out, Path.cwd()), name, datetime.now(UTC))  # never a previous one
     print(f"moekit tune: {len(references)} reference(s) and {len(candidates)} candidate(s); runs in {out}", flush=True)
     runs: list[dict[str, Any]] = []

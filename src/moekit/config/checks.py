@@ -7,11 +7,11 @@ them so a user sees every problem at once. Pure: no environment, files or clock.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from moekit import rundir
+from moekit.config import formats
 from moekit.config.schema import Config
 from moekit.errors import ConfigError
 from moekit.redact import is_secret_name
@@ -23,7 +23,7 @@ class Problem(NamedTuple):
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.key}: {self.what}\n    fix: {self.fix}"
+        return f"{self.key}: {self.what}" + (f"\n    fix: {self.fix}" if self.fix else "")
 
 
 Check = Callable[[Config], Iterator[Problem]]
@@ -90,15 +90,31 @@ def processes_fit_devices(cfg: Config) -> Iterator[Problem]:
 
 
 @check
+def local_is_one_host(cfg: Config) -> Iterator[Problem]:
+    if cfg.cluster.kind == "local" and cfg.cluster.nodes != 1:
+        yield Problem(
+            "cluster.nodes",
+            f"cluster=local runs on one host but cluster.nodes={cfg.cluster.nodes}",
+            "cluster.nodes=1, or cluster=jobset / cluster=slurm for a multi-node job (moekit render ... target=jobset)",
+        )
+
+
+@check
 def experts_divide_over_ep(cfg: Config) -> Iterator[Problem]:
     ep = cfg.ici_filled["expert"] * cfg.parallelism.dcn.expert
     if ep > 0 and cfg.model.num_experts % ep:
         yield Problem(
             "parallelism.ici.expert",
             f"{cfg.model.num_experts} experts do not divide evenly over expert parallelism {ep}",
-            f"choose an expert-parallel size that divides {cfg.model.num_experts} "
-            f"(e.g. parallelism.ici.expert={math.gcd(cfg.model.num_experts, ep)}) or change model.num_experts",
+            f"an expert-parallel size that divides {cfg.model.num_experts}: "
+            f"{_expert_axis_fix(cfg, math.gcd(cfg.model.num_experts, ep))} (or change model.num_experts)",
         )
+
+
+def _expert_axis_fix(cfg: Config, size: int) -> str:
+    """parallelism.ici.expert=SIZE, plus an axis at -1 to fill the devices when no other axis does."""
+    others = [k for k, v in cfg.parallelism.ici.items() if v == -1 and k != "expert"]
+    return f"parallelism.ici.expert={size}" + ("" if others else " parallelism.ici.fsdp=-1")
 
 
 @check
@@ -139,9 +155,18 @@ def dropless(cfg: Config) -> Iterator[Problem]:
             "moe.capacity_factor",
             f"capacity_factor={cfg.moe.capacity_factor} (moe={cfg.moe.backend}) drops tokens past expert capacity: "
             "this is not dropless training",
-            "use a dropless back end (moe=tokamax, moe=dense, moe=te) or set moe.allow_token_dropping=true "
-            "for a deliberate baseline",
+            _dropless_fix(cfg) + " or moe.allow_token_dropping=true for a deliberate baseline",
         )
+
+
+def _dropless_fix(cfg: Config) -> str:
+    """Ways to dropless training from this config, each one complete (it passes the checks as written)."""
+    if cfg.moe.backend != "capacity":  # a dropless back end with a capacity set
+        return "moe.capacity_factor=-1 (dropless)"
+    gpu = cfg.hardware.platform == "gpu"
+    return "a dropless back end: " + (
+        " or ".join(["moe=tokamax", "moe=dense"] if gpu else ["moe=ragged_dot", "moe=dense"])
+    )
 
 
 @check
@@ -151,7 +176,8 @@ def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
             "moe",
             "moe=megablox is MaxText's TPU Pallas kernel; on GPU it runs in interpret mode "
             "(measured 31 TFLOP/s/device vs 278 for moe=tokamax on one H200, MaxText 0.2.5, 2026-12-02)",
-            "use moe=te_gmm or moe=tokamax (or moe=te on the NGC image); moe.force=true runs it anyway",
+            "moe=te_gmm or moe=tokamax, or moe.force=true to run it anyway (TE's MoE block needs one process "
+            "per GPU and at least 2 of them)",
         )
 
 
@@ -290,7 +316,8 @@ def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
             "moe.dispatch",
             f"expert parallelism {ep} with the ragged all-to-all dispatch: XLA:CPU does not implement "
             "ragged_all_to_all",
-            "moe.dispatch=ring (ring of experts; with moe=megablox on CPU), or parallelism.ici.expert=1",
+            "moe=megablox moe.dispatch=ring (ring of experts, the expert-parallel dispatch XLA:CPU runs), or "
+            f"{_expert_axis_fix(cfg, 1)}",
         )
 
 
@@ -331,32 +358,112 @@ def profile_window_fits(cfg: Config) -> Iterator[Problem]:
         )
 
 
-# Kubernetes names: a JobSet name is a DNS-1035 label, a namespace a DNS-1123 label (both <= 63 characters).
-_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_DNS1123 = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-# Process 0's hostname <name>-workers-0-0.<name> (render/jobset.py) must itself fit in 63 characters.
-_JOBSET_NAME_MAX = (63 - len("-workers-0-0.")) // 2
+@check
+def job_names(cfg: Config) -> Iterator[Problem]:
+    """One rule for the names a cluster job gets (JobSet, pods, Compose services, Slurm job)."""
+    c = cfg.cluster
+    if c.kind == "local":
+        return
+    name = formats.job_name(cfg)
+    why = formats.JOB_NAME.problem(name)
+    if why:
+        source = "" if c.name else f" (from experiment_name={cfg.experiment_name})"
+        yield Problem("cluster.name", f"job name {name!r}{source} {why}", f"cluster.name={formats.job_name_fix(name)}")
+
+
+# Field (dotted path; '*' is any mapping key or list index) -> the kind of text it holds, and the fix to print
+# ({path}: the field). A field not listed holds any one-line printable text (each file quotes it for its format).
+F = formats
+FIELD_FORMATS: tuple[tuple[str, formats.Format, str], ...] = (
+    ("experiment_name", F.EXPERIMENT_NAME, "experiment_name=smoke (or leave it to the experiment file)"),
+    ("run.name", F.PATH_COMPONENT, "run.name=my-run"),
+    ("run.secrets.*", F.OPTION_NAME, "name it as written in the environment or config, e.g. run.secrets=[HF_TOKEN]"),
+    ("model.name", F.OPTION_NAME, "model.name=deepseek3-tiny (a file in MaxText's configs/models/)"),
+    ("model.attention", F.OPTION_NAME, "model.attention=dot_product"),
+    ("memory.name", F.OPTION_NAME, "memory.name=custom"),
+    ("memory.remat_policy", F.OPTION_NAME, "memory.remat_policy=full"),
+    ("xla.name", F.OPTION_NAME, "xla.name=custom"),
+    ("xla.flags.*", F.XLA_FLAG_VALUE, "write {path} as one word (a list as items joined by ',', e.g. FUSION,CUBLAS)"),
+    ("hardware.name", F.OPTION_NAME, "hardware=cpu (choose an option file rather than naming one)"),
+    ("hardware.arch", F.OPTION_NAME, "hardware.arch=hopper"),
+    ("network.name", F.OPTION_NAME, "network=none (choose an option file rather than naming one)"),
+    ("network.capabilities.*", F.CAPABILITY, "network.capabilities=[IPC_LOCK]"),
+    ("network.resource_claim_template", F.DNS_SUBDOMAIN, "network.resource_claim_template=moekit-compute-domain"),
+    ("network.min_kubernetes", F.VERSION, "network.min_kubernetes=1.30"),
+    ("cluster.image", F.IMAGE, "cluster.image=moekit:latest"),
+    ("cluster.namespace", F.DNS_LABEL, "cluster.namespace=default"),
+    ("cluster.queue", F.DNS_LABEL, "cluster.queue=team-a (the LocalQueue's name)"),
+    ("cluster.service_account", F.DNS_SUBDOMAIN, "cluster.service_account=trainer"),
+    ("cluster.node_selector.*", F.LABEL_VALUE, "give {path} a label value, e.g. NVIDIA-H200"),
+    ("cluster.tolerations.*.key", F.LABEL_KEY, "give {path} a taint key, e.g. nvidia.com/gpu"),
+    ("cluster.tolerations.*.value", F.LABEL_VALUE, "give {path} a taint value, e.g. ml"),
+    ("cluster.secrets.*.env", F.ENV_NAME, "give {path} a variable name, e.g. HF_TOKEN"),
+    ("cluster.secrets.*.secret", F.DNS_SUBDOMAIN, "give {path} the Secret's name, e.g. hf-token"),
+    ("cluster.secrets.*.key", F.SECRET_KEY, "give {path} the key inside the Secret, e.g. token"),
+    ("cluster.partition", F.SLURM_NAME, "cluster.partition=gpu (the name `sinfo` shows)"),
+    ("cluster.account", F.SLURM_NAME, "cluster.account=ml (the name `sacctmgr show assoc` shows)"),
+    ("cluster.time_limit", F.SLURM_TIME, "cluster.time_limit=02:00:00"),
+    ("cluster.container_workdir", F.CONTAINER_PATH, "cluster.container_workdir=/workspace"),
+    ("cluster.container_mounts.*", F.CONTAINER_MOUNT, "write {path} as /SRC:/DST, e.g. /data:/data"),
+    ("cluster.volumes.*.claim", F.DNS_SUBDOMAIN, "give {path} the PersistentVolumeClaim's name, e.g. training-runs"),
+)
+KEY_FORMATS: tuple[tuple[str, formats.Format, str], ...] = (  # mapping, format of its keys, example key
+    ("maxtext.extra", F.MAXTEXT_KEY, "log_period"),
+    ("model.extra", F.MAXTEXT_KEY, "base_emb_dim"),
+    ("memory.tensors", F.MAXTEXT_KEY, "moe_mlpwi_0"),
+    ("xla.flags", F.XLA_FLAG_NAME, "xla_gpu_enable_latency_hiding_scheduler"),
+    ("cluster.node_selector", F.LABEL_KEY, "nvidia.com/gpu.product"),
+    ("network.resources", F.RESOURCE_NAME, "rdma/rdma_shared_device_a"),
+    *((f"{section}.env", F.ENV_NAME, "NCCL_DEBUG") for section in ("memory", "xla", "hardware", "network", "cluster")),
+)
+# XLA_FLAGS is built from xla.flags, where every flag is checked; an env entry of that name would bypass it.
+RESERVED_ENV = {"XLA_FLAGS": "xla.flags.NAME=VALUE (each flag is checked)"}
+
+
+def _texts(node: object, path: str = "") -> Iterator[tuple[str, str, bool]]:
+    """(dotted path, text, is a mapping key) for every string in a config tree."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            where = f"{path}.{k}" if path else str(k)
+            yield where, str(k), True
+            yield from _texts(v, where)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _texts(v, f"{path}.{i}")
+    elif isinstance(node, str):
+        yield path, node, False
+
+
+def _matches(path: str, pattern: str) -> bool:
+    parts, want = path.split("."), pattern.split(".")
+    return len(parts) == len(want) and all(w in ("*", p) for p, w in zip(parts, want, strict=True))
 
 
 @check
-def jobset_names(cfg: Config) -> Iterator[Problem]:
-    c = cfg.cluster
-    if c.kind != "jobset":
-        return
-    name = c.name or cfg.experiment_name.replace("_", "-").lower()
-    if not _DNS1035.fullmatch(name) or len(name) > _JOBSET_NAME_MAX:
-        yield Problem(
-            "cluster.name",
-            f"JobSet name '{name}' is not a DNS-1035 label of at most {_JOBSET_NAME_MAX} characters "
-            "(lower-case letters, digits and '-', starting with a letter; pod hostnames repeat it twice)",
-            f"cluster.name={(re.sub(r'[^a-z0-9-]+', '-', name.lower()).strip('-') or 'moe')[:_JOBSET_NAME_MAX]}",
-        )
-    if not _DNS1123.fullmatch(c.namespace) or len(c.namespace) > 63:
-        yield Problem(
-            "cluster.namespace",
-            f"namespace '{c.namespace}' is not a DNS-1123 label (lower-case letters, digits and '-', <= 63)",
-            "cluster.namespace=default, or the name `kubectl get namespaces` shows",
-        )
+def text_fits_its_format(cfg: Config) -> Iterator[Problem]:
+    """Every string is one line of printable text, and identifiers have their format (config/formats.py)."""
+    for path, text, is_key in _texts(cfg.to_dict()):
+        bad = formats.unprintable(text)
+        if bad:
+            what = "key" if is_key else "value"
+            yield Problem(
+                path,
+                f"the {what} {text!r} holds {bad}: moekit writes every config value into one-line places (the "
+                "`# render:` line of each rendered file, #SBATCH options, XLA_FLAGS, command lines)",
+                f"write {path} without it (one line of printable text)",
+            )
+            continue
+        if is_key:
+            parent = path.rsplit(".", 1)[0]
+            for mapping, fmt, example in KEY_FORMATS:
+                if _matches(parent, mapping) and (why := fmt.problem(text)):
+                    yield Problem(path, f"the key {text!r} {why}", f"name it like {mapping}.{example}")
+            if parent.endswith(".env") and text in RESERVED_ENV:
+                yield Problem(path, f"{text} is built by moekit", f"set it through {RESERVED_ENV[text]}")
+            continue
+        for field, fmt, fix in FIELD_FORMATS:
+            if _matches(path, field) and (why := fmt.problem(text)):
+                yield Problem(path, f"{text!r} {why}", fix.format(path=path))
 
 
 @check
@@ -367,21 +474,21 @@ def volumes_valid(cfg: Config) -> Iterator[Problem]:
         key = f"cluster.volumes[{i}]"
         if names.count(v.name) > 1 or v.name == "dshm":
             yield Problem(f"{key}.name", f"volume name '{v.name}' is taken (dshm is /dev/shm's)", "give it a new name")
-        if not _DNS1123.fullmatch(v.name) or len(v.name) > 63:
-            yield Problem(f"{key}.name", f"'{v.name}' is not a DNS-1123 label", "lower-case letters, digits and '-'")
+        if why := formats.DNS_LABEL.problem(v.name):
+            yield Problem(f"{key}.name", f"'{v.name}' {why}", f"{key}.name=data")
         if not v.path.startswith("/"):
             yield Problem(f"{key}.path", f"'{v.path}' is not an absolute path", f"{key}.path=/{v.path.lstrip('./')}")
         source = [k for k in ("claim", "host_path") if getattr(v, k)]
         if c.kind == "jobset" and len(source) != 1:
             yield Problem(
-                key,
+                f"{key}.{source[-1]}" if source else key,
                 f"volume '{v.name}' needs exactly one source for the pods, got {source or 'none'}",
                 f"{key}.claim=PVC_NAME (a PersistentVolumeClaim; ReadWriteMany for several pods) or "
                 f"{key}.host_path=/NODE/PATH",
             )
         if c.kind == "slurm" and source:
             yield Problem(
-                key,
+                f"{key}.{source[0]}",
                 f"Slurm mounts nothing: {source[0]} applies to JobSet pods only",
                 f"drop it and give {key}.path a file system path that every node of the allocation sees",
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import warnings
 from collections.abc import Sequence
@@ -10,6 +11,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
+from moekit.config import formats
 from moekit.config.schema import Config
 from moekit.errors import ConfigError
 
@@ -70,7 +72,13 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
         if ("=" not in o and not o.startswith("~")) or not key:
             raise ConfigError(
                 f"override {o!r} is not key=value or group=option.\n"
-                "  fix: write it as a.b=VALUE (e.g. train.steps=20) or group=option (e.g. moe=tokamax)"
+                "  fix: write it as KEY=VALUE (e.g. train.steps=20) or GROUP=OPTION (e.g. moe=tokamax)"
+            )
+        if bad := formats.unprintable(o):
+            raise ConfigError(
+                f"override {o!r}: {key} holds {bad}. moekit writes every override into one-line places (the "
+                "`# render:` line of rendered files, #SBATCH scripts, command lines), where it would start a new "
+                f"line.\n  fix: write {key} without it (one line of printable text)"
             )
     overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     if not (conf / "config.yaml").is_file():
@@ -91,17 +99,21 @@ def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> 
     first = message.strip().splitlines()[0] if message.strip() else message
     for group in GROUPS:
         if f"'{group}/" in message or f"in group '{group}'" in message or f"{group}:" in first:
-            return (
-                f"{first}\n  valid options for {group}=: {', '.join(group_options(group, conf))}\n"
-                f"  fix: pick one of them, e.g. {group}={(group_options(group, conf) or ['?'])[0]}"
+            options = group_options(group, conf)
+            return f"{first}\n  valid options for {group}=: {', '.join(options)}\n" + _option_fix(
+                group, overrides, conf
             )
     if "Could not override" in message or "not in struct" in message:
         key = first.split("'")[1] if "'" in first else "?"
-        parent = key.rsplit(".", 1)[0] if "." in key else ""
+        parent, _, leaf = key.rpartition(".")
+        close = difflib.get_close_matches(leaf, _schema_keys(parent.split(".") if parent else []).split(", "), n=1)
+        value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), "VALUE")
+        mean = f"  did you mean {parent + '.' if parent else ''}{close[0]}? fix: " if close else "  fix: "
+        example = f"{parent + '.' if parent else ''}{close[0]}={value}; " if close else "correct the spelling; "
         return (
             f"unknown config key '{key}' (from overrides {list(overrides)}).\n"
             f"  valid keys{' under ' + parent if parent else ''}: {_valid_keys(parent)}\n"
-            f"  fix: correct the spelling; to pass a raw MaxText key use maxtext.extra.{key.split('.')[-1]}=VALUE"
+            f"{mean}{example}to pass a raw MaxText key use maxtext.extra.{leaf}=VALUE"
         )
     if "Ambiguous value" in first:
         return (
@@ -109,10 +121,47 @@ def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> 
             "  a comma-separated value is a sweep: run one job per value with `moekit train -m ...`,\n"
             "  or write a list as key=[a,b]"
         )
+    culprit = _unparsable(overrides)
+    where = f" (in the override {culprit!r})" if culprit else ""
     return (
-        f"could not compose the configuration: {first}\n"
-        "  fix: write each override as key=value (lists as key=[a,b]; quote values with spaces or brackets)"
+        f"could not compose the configuration: {first}{where}\n"
+        "  fix: write each override as KEY=VALUE (lists as KEY=[a,b]; quote values with spaces or brackets)"
     )
+
+
+def _unparsable(overrides: Sequence[str]) -> str | None:
+    """The first override Hydra's grammar cannot parse, to name it in the message."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for o in overrides:
+        try:
+            parser.parse_overrides([o])
+        except Exception:  # Hydra's OverrideParseException and the lexer's own errors
+            return o.removeprefix("++")
+    return None
+
+
+def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
+    """'did you mean' and a fix example for an unknown group option; the example is one that this config accepts
+    (composed and checked with the other overrides), so following the advice never leads to another refusal."""
+    from moekit.config.checks import problems
+
+    bad = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") == group]
+    rest = [o for o in overrides if o not in bad]
+    typed = bad[-1].split("=", 1)[1] if bad else ""
+    options = group_options(group, conf)
+    close = difflib.get_close_matches(typed.replace("-", "_"), options, n=3, cutoff=0.6) if typed else []
+    for option in [*close, *options][:8]:  # each try composes the config (about 0.2 s), on this error path only
+        try:
+            if not problems(validate(compose_raw([*rest, f"{group}={option}"], conf))):
+                mean = f"  did you mean {group}={option}?\n" if option in close else ""
+                return f"{mean}  fix: {group}={option}" + (
+                    "" if option in close else " (accepted with your other overrides)"
+                )
+        except ConfigError:
+            continue
+    return f"  fix: pick one of them ({group}=OPTION)"
 
 
 def _valid_keys(parent: str) -> str:

@@ -9,9 +9,9 @@ never typed by hand.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Scalar = str | int | float | bool | None
 
@@ -268,15 +268,16 @@ class Cluster(Section):
     def output_volume(self) -> Volume | None:
         """The volume named by cluster.output (None when unset or when no volume has that name)."""
         return next((v for v in self.volumes if v.name == self.output), None)
+
     task_layout: Literal["per_process", "per_node"] = "per_process"
     """Slurm tasks: one per JAX process (srun starts processes_per_node tasks per node; Slurm binds and signals
     each) or one per node (moekit starts the node's processes itself)."""
     container: Literal["pyxis", "none"] = "pyxis"
     """Slurm tasks run in cluster.image through pyxis/enroot, or directly on the nodes (moekit installed there)."""
-    container_mounts: list[Annotated[str, StringConstraints(pattern=r"^/[^,:]*:/[^,:]*(:[a-z+]+)?$")]] = []
+    container_mounts: list[str] = []
     """Extra pyxis bind mounts SRC:DST[:FLAGS] (absolute paths); the submit directory is always mounted at
     container_workdir, so run directories land beside the script."""
-    container_workdir: str = Field("/workspace", pattern=r"^/[^,:]*$")
+    container_workdir: str = "/workspace"
     """Working directory inside the container (the image's WORKDIR; relative run directories live here)."""
     requeue: bool = True
     """Slurm may requeue the job after a node failure or a preemption (sbatch --requeue)."""

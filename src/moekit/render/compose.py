@@ -20,6 +20,11 @@ STACK_BYTES = 64 * 2**20  # NVIDIA's JAX containers recommend a 64 MiB stack
 RUNS_MOUNT = "/workspace/outputs"  # the image's run directories (Dockerfile WORKDIR /workspace)
 
 
+def literal(text: str) -> str:
+    """`text` as a Compose file must hold it: Compose interpolates $VAR and ${VAR} and reads $$ as one $."""
+    return text.replace("$", "$$")
+
+
 def host(cfg: Config, node: int) -> str:
     return f"{jobset.job_name(cfg)}-{jobset.WORKERS}-0-{node}"
 
@@ -50,12 +55,13 @@ def service(cfg: Config, overrides: Sequence[str], node: int) -> dict[str, Any]:
         rz.JOBSET_NODE_RANK: str(node),
     }
     env |= {s.env: None for s in c.secrets}  # null: taken from the shell that runs `docker compose`
-    env |= {k: str(v) for k, v in c.env.items()}
+    env |= {k: literal(str(v)) for k, v in c.env.items()}
     svc: dict[str, Any] = {
         "image": f"${{MOEKIT_IMAGE:-{c.image}}}",
         "hostname": host(cfg, node),
         "domainname": name,
-        "command": jobset.pod_args(cfg, overrides),  # the image's entrypoint runs moekit
+        # The image's entrypoint runs moekit. pod_args doubles every $ (Kubernetes' escape), which is Compose's too.
+        "command": jobset.pod_args(cfg, overrides),
         "environment": env,
         "networks": {NETWORK: {"aliases": [f"{host(cfg, node)}.{name}"]}},
         "ulimits": {"memlock": -1, "stack": STACK_BYTES},

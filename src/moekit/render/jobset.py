@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from moekit import rendezvous as rz
+from moekit.config import formats
 from moekit.config.schema import Config, Volume
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -26,8 +27,14 @@ DISRUPTION_RULE = "NodeDisruption"
 
 
 def job_name(cfg: Config) -> str:
-    """The JobSet name: cluster.name, else the experiment name made DNS-1035 (dsv3_blog -> dsv3-blog)."""
-    return cfg.cluster.name or cfg.experiment_name.replace("_", "-").lower()
+    """The JobSet name (formats.job_name: the one rule for JobSet, pod and Slurm job names)."""
+    return formats.job_name(cfg)
+
+
+def kube_literal(text: str) -> str:
+    """`text` as Kubernetes must receive it to pass it on unchanged: it expands $(VAR) in command, args and env
+    values, and reads $$ as one $, so every $ is doubled."""
+    return text.replace("$", "$$")
 
 
 def pod_args(cfg: Config, overrides: Sequence[str]) -> list[str]:
@@ -36,8 +43,8 @@ def pod_args(cfg: Config, overrides: Sequence[str]) -> list[str]:
     Given as container args, not command, so the image's entrypoint runs first (it checks that the MaxText
     inside knows every key, then execs `moekit train ...`).
     """
-    # Kubernetes expands $(VAR) in args; $$ keeps an override such as cluster.env.X='$(Y)' literal.
-    rest = [o.replace("$(", "$$(") for o in overrides if not o.startswith(("experiment=", "cluster="))]
+    # Kubernetes expands $(VAR) in args: an override such as cluster.env.X='$(Y)' must reach moekit as typed.
+    rest = [kube_literal(o) for o in overrides if not o.startswith(("experiment=", "cluster="))]
     return ["train", f"experiment={cfg.experiment_name}", "cluster=jobset", *rest]
 
 

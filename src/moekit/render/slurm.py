@@ -6,7 +6,8 @@ one task per JAX process (srun starts processes_per_node tasks per node) or one 
 the node's processes). With cluster.container=pyxis every task runs in cluster.image (pyxis/enroot).
 
 Every option is built as a list from the config and joined here; each value is shell-quoted. The only
-unquoted words are the `${SLURM_...}` variables this module writes itself.
+unquoted words are the `${SLURM_...}` variables this module writes itself. Names and the time limit are
+also checked at validation (config/formats.py), so that Slurm reads each #SBATCH line as one option.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from moekit.config import formats
 from moekit.config.schema import Config
 from moekit.translate.env import env_vars
 
@@ -25,11 +27,6 @@ SUBMIT_DIR = '"${SLURM_SUBMIT_DIR}"'
 JOB_ID = '"${SLURM_JOB_ID}"'
 
 
-def job_name(cfg: Config) -> str:
-    """sbatch --job-name: cluster.name, else the experiment name with '-' for '_'."""
-    return cfg.cluster.name or cfg.experiment_name.replace("_", "-")
-
-
 def tasks_per_node(cfg: Config) -> int:
     """srun tasks per node: one per JAX process (per_process) or one moekit per node (per_node)."""
     return cfg.cluster.processes_per_node if cfg.cluster.task_layout == "per_process" else 1
@@ -39,7 +36,7 @@ def sbatch_options(cfg: Config) -> list[str]:
     """The #SBATCH options, one `--key=value` each (values quoted)."""
     c, q = cfg.cluster, shlex.quote
     opts = [
-        f"--job-name={q(job_name(cfg))}",
+        f"--job-name={q(formats.job_name(cfg))}",
         f"--nodes={c.nodes}",
         f"--ntasks-per-node={tasks_per_node(cfg)}",
     ]
@@ -50,7 +47,7 @@ def sbatch_options(cfg: Config) -> list[str]:
         opts.append("--requeue")
     opts += [
         f"--signal=B:TERM@{c.signal_grace_s}",  # to this shell, which passes it on to every task (below)
-        f"--output={q(job_name(cfg) + '-%j.out')}",
+        f"--output={q(formats.job_name(cfg) + '-%j.out')}",
         "--open-mode=append",  # a requeued job adds to its log instead of truncating it
     ]
     if c.partition:

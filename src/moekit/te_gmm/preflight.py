@@ -1,4 +1,5 @@
-"""Host probes for moe=te_gmm, run by `moekit train` before anything launches (nothing here imports MaxText or TE).
+"""Host probes for moe=te_gmm: one row of run/preflight.py's table, run before anything launches (nothing here
+imports MaxText or TE).
 
 The config checks (config/checks.py) already refused what the config alone shows (no GPU, SM < 90, MXFP8
 off Blackwell); these look at the host: TransformerEngine importable, the installed MaxText the known source,
@@ -13,7 +14,6 @@ import subprocess
 from collections.abc import Callable
 
 from moekit.config.schema import Config
-from moekit.errors import MoekitError
 from moekit.te_gmm import call_site
 
 
@@ -59,11 +59,3 @@ def problems(
             "moe=tokamax"
         )
     return found
-
-
-def ensure_ready(cfg: Config) -> None:
-    """Raise one MoekitError listing every host problem of moe=te_gmm; nothing has launched yet."""
-    found = problems(cfg)
-    if found:
-        body = "\n".join(f"  - {p}" for p in found)
-        raise MoekitError(f"moe=te_gmm cannot run on this host; nothing was launched:\n{body}")
