@@ -8,6 +8,7 @@ Usage: python -m moekit.worker <module> key=value ...
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import runpy
 import signal
@@ -83,12 +84,24 @@ def keep_secrets_out_of_tensorboard() -> None:
     maxtext_utils.add_config_to_summary_writer = add_config
 
 
+def point_maxtext_at_its_assets(environ: dict[str, str]) -> dict[str, str]:
+    """MaxText 0.2.5 looks for its shipped tokenizers under <repository>/src/maxtext/assets, which an installed
+    wheel does not have; its own folder does. Name it, unless the environment already does (NGC image: source)."""
+    if "MAXTEXT_ASSETS_ROOT" in environ:
+        return {}
+    spec = importlib.util.find_spec("maxtext")
+    folder = next(iter(spec.submodule_search_locations or []), None) if spec else None
+    assets = os.path.join(folder, "assets") if folder else None
+    return {"MAXTEXT_ASSETS_ROOT": assets} if assets and os.path.isdir(os.path.join(assets, "tokenizers")) else {}
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m moekit.worker <module> key=value ...")
     module = sys.argv[1]
     die_with_parent(dict(os.environ))
     join(dict(os.environ))
+    os.environ.update(point_maxtext_at_its_assets(dict(os.environ)))  # before anything imports maxtext
     keep_secrets_out_of_tensorboard()
     sys.argv = [module, *sys.argv[2:]]
     runpy.run_module(module, run_name="__main__", alter_sys=True)

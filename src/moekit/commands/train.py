@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from moekit import attempts, failures, launch, redact, rundir
+from moekit import attempts, data_preflight, failures, launch, redact, rundir
 from moekit import rendezvous as rz
 from moekit.config.checks import ensure_valid
 from moekit.config.compose import compose
@@ -194,6 +194,7 @@ def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", enviro
     ensure_port_free(cfg)
     ensure_gpus_present(cfg, Path("/dev"))
     ensure_te_present(cfg)
+    data_preflight.ensure_data_ready(cfg)
     run, previous = resolve_run_dir(cfg, now, config_view)
     with attempts.locked(run):
         return _run(cfg, run, previous, procs, environ, shown_overrides, config_view, scrub, now)

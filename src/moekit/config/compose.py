@@ -27,7 +27,9 @@ OPEN_MAPPINGS = (
     "cluster.node_selector.",
 )
 
-GROUPS = ("experiment", "model", "moe", "precision", "memory", "xla", "hardware", "cluster", "network", "data")
+GROUPS = (
+    "experiment", "ladder", "model", "moe", "precision", "memory", "xla", "hardware", "cluster", "network", "data"
+)
 
 
 def config_dir() -> Path:
