@@ -1,6 +1,6 @@
 """Run `moekit train experiment=<experiment>` for a set of presets, then record the results with provenance.
 
-    python benchmarks/run_presets.py --out DIR [--presets a,b] [--steps N] [--timeout-s S]
+    python benchmarks/run_presets.py --out DIR [--presets a,b] [--row NAME='OVERRIDES' ...] [--steps N] [--timeout-s S]
     python benchmarks/run_presets.py --record DIR/presets.json [MORE.json]   # table -> docs/performance.md
 
 Each preset is a real `moekit train` in DIR/<preset>/ (config, command, versions, metrics, summary). Peak
@@ -44,19 +44,43 @@ PRESETS: dict[str, tuple[list[str], str]] = {
 MARK_BEGIN, MARK_END = "<!-- BEGIN presets (benchmarks/run_presets.py --record) -->", "<!-- END presets -->"
 
 
-def run(out: Path, names: list[str], steps: int, timeout_s: float, experiment: str) -> Path:
-    out.mkdir(parents=True, exist_ok=True)
+def parse_rows(names: list[str], extra: list[str]) -> dict[str, tuple[list[str], str]]:
+    """Named presets plus `NAME=OVERRIDES` rows (overrides separated by spaces), in the order given."""
+    rows = {name: PRESETS[name] for name in names}
+    for spec in extra:
+        name, sep, overrides = spec.partition("=")
+        if not sep or not name or name in rows:
+            raise SystemExit(f"--row {spec!r}: give NAME=OVERRIDES with a new name, e.g. --row te_gmm='moe=te_gmm'")
+        rows[name] = (overrides.split(), f"`{overrides}`")
+    return rows
+
+
+def plan_rows(rows: dict[str, tuple[list[str], str]], steps: int, experiment: str) -> dict[str, tuple[list, dict]]:
+    """Every row composed and checked (moekit's checks) before any runs: name -> (overrides, config)."""
     plans = {}
-    for name in names:  # every preset must compose and pass moekit's checks before any runs
-        overrides = [f"experiment={experiment}", f"train.steps={steps}", *PRESETS[name][0]]
+    for name, (extra, _) in rows.items():
+        overrides = [f"experiment={experiment}", f"train.steps={steps}", *extra]
         plans[name] = (overrides, ensure_valid(compose(overrides)).to_dict())
+    return plans
+
+
+def run(
+    out: Path,
+    rows: dict[str, tuple[list[str], str]],
+    steps: int,
+    timeout_s: float,
+    experiment: str,
+    reference: str = REFERENCE,
+) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    plans = plan_rows(rows, steps, experiment)
     env = {
         "MOEKIT_RECORD_PEAK_MEMORY": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO / "benchmarks" / "peakmem"), os.environ.get("PYTHONPATH", "")]),
     }
     results = {
         "experiment": experiment,
-        "reference": REFERENCE,
+        "reference": reference,
         "started": datetime.now(UTC).isoformat(),
         "presets": {},
     }
@@ -64,7 +88,7 @@ def run(out: Path, names: list[str], steps: int, timeout_s: float, experiment: s
     for name, (overrides, cfg) in plans.items():
         print(f"== {name}: moekit train {' '.join(overrides)}", flush=True)
         r = trial.run(overrides, out / name, timeout_s, env)
-        r |= {"what": PRESETS[name][1], "batch": list(tuning.batch_key(cfg))}
+        r |= {"what": rows[name][1], "batch": list(tuning.batch_key(cfg))}
         results["presets"][name] = r
         print(
             json.dumps(
@@ -164,6 +188,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="folder for the run directories and presets.json")
     p.add_argument("--presets", default=",".join(PRESETS), help=f"comma list of: {', '.join(PRESETS)}")
+    p.add_argument("--row", action="append", default=[], help="a further row NAME='OVERRIDES' (repeatable)")
+    p.add_argument("--reference", default=REFERENCE, help="the row the loss check compares with")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--timeout-s", type=float, default=180, help="per preset")
     p.add_argument("--experiment", default=EXPERIMENT)
@@ -177,7 +203,7 @@ def main() -> int:
     unknown = [n for n in names if n not in PRESETS]
     if unknown or not a.out:
         p.error(f"unknown presets {unknown}" if unknown else "--out is required to run")
-    path = run(a.out, names, a.steps, a.timeout_s, a.experiment)
+    path = run(a.out, parse_rows(names, a.row), a.steps, a.timeout_s, a.experiment, a.reference)
     print(table(json.loads(path.read_text())))
     return 0
 

@@ -4,6 +4,7 @@
 # writing under $OUT as soon as each finishes (at most 8 files come back: phases tar their run folders).
 #   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
 #   bash benchmarks/h200/run.sh te gmm presets:te,tokamax verify:<args file>   (te: benchmarks/te_h200/README.md)
+#   bash benchmarks/h200/run.sh portability:qwen3,mixtral                       (benchmarks/run_portability.py)
 # Needs: .whl/ (wheels of ../shared/device/h200-wheels.txt + hydra-core 1.3.0 + antlr4 4.9.3) and
 # .whl/stubs/ (the xprof stub tokamax imports), both git-ignored and carried.
 set -u
@@ -77,6 +78,14 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
         --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/presets.txt" 2>&1; log "presets rc=$?"
       cp /tmp/presets/presets.json "$OUT/" 2>/dev/null
       tar czf "$OUT/presets_runs.tgz" -C /tmp presets 2>/dev/null ;;
+    portability)
+      # $arg: families of benchmarks/run_portability.py (qwen3,mixtral,...); rows: $PORTABILITY_ROWS, the first is the
+      # baseline; one more row from $PORTABILITY_ROW (NAME=OVERRIDES, e.g. te_gmm=moe=te_gmm)
+      timeout -s INT ${PORTABILITY_TIMEOUT:-560} python3 benchmarks/run_portability.py --out /tmp/portability \
+        --families "$arg" --rows ${PORTABILITY_ROWS:-dense,tokamax} ${PORTABILITY_ROW:+--row "$PORTABILITY_ROW"} \
+        --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/portability.txt" 2>&1; log "portability rc=$?"
+      cp /tmp/portability/portability.json "$OUT/" 2>/dev/null
+      tar czf "$OUT/portability_runs.tgz" -C /tmp portability 2>/dev/null ;;
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"

@@ -144,6 +144,11 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
     if cfg.num_processes == 1:
         # One process: no coordinator to wait for.
         put("cluster (one process)", skip_jax_distributed_system=True)
+    elif cfg.hardware.platform == "cpu":
+        # Only process 0 writes JAX's persistent compilation cache, so only process 0 finds its executable there: it
+        # starts the first step minutes before the others finish compiling, and XLA:CPU's Gloo gives up after 30 s
+        # (measured on this 2-core machine, 2026-12-03). Compile every time instead.
+        put("cluster (CPU processes)", jax_cache_dir="")
     put("maxtext.extra", **cfg.maxtext.extra)
 
     merged: dict[str, Arg] = {}
