@@ -92,7 +92,6 @@ def test_maxtext_accepts_the_data_options():
         (["data=hf", "data.files=/d/x", "data.workers=2"], "at most 1 worker"),
         (["data=grain", "data.files=/d/x", "data.tokenizer_type=tiktoken"], "contains 'tiktoken'"),
         (["hardware=h200", "model.attention=cudnn_flash_te"], "data.max_segments_per_seq=32"),
-        (["maxtext.extra.hf_access_token=hf_abc"], "MaxText reads $HF_TOKEN"),
     ],
 )
 def test_data_refusals_name_the_fix(overrides, phrase):

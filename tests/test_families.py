@@ -263,3 +263,9 @@ def test_tiny_family_trains_on_cpu(option, tiny_sweep):
     assert f"decoder_block={cfg['model']['decoder_block']}" in job["maxtext_args"]
     loss = losses(run_dir)
     assert len(loss) == 3 and all(0 < x < 20 for x in loss) and loss[-1] < loss[0]
+
+
+def test_adapting_guide_lists_every_family_experiment_and_model():
+    guide = (REPO / "docs" / "adapting.md").read_text()
+    names = [e for e in group_options("experiment") if re.search(r"(_proxy_h200|_\d+gpu)$", e)] + MODELS
+    assert [n for n in names if f"{n}" not in guide] == []

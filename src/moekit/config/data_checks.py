@@ -76,14 +76,3 @@ def packing_with_te_attention(cfg: Config) -> Iterator[Problem]:
             "bound on the documents per sequence",
             "data.max_segments_per_seq=32, or data.packing=false",
         )
-
-
-@check
-def no_token_in_arguments(cfg: Config) -> Iterator[Problem]:
-    if cfg.maxtext.extra.get("hf_access_token"):
-        yield Problem(
-            "maxtext.extra.hf_access_token",
-            "a Hugging Face token on MaxText's command line is visible in process lists and job records",
-            "remove it: MaxText reads $HF_TOKEN (export it, or cluster.secrets=[{env: HF_TOKEN, secret: hf-token, "
-            "key: token}] in a JobSet)",
-        )
