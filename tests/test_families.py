@@ -269,3 +269,19 @@ def test_adapting_guide_lists_every_family_experiment_and_model():
     guide = (REPO / "docs" / "adapting.md").read_text()
     names = [e for e in group_options("experiment") if re.search(r"(_proxy_h200|_\d+gpu)$", e)] + MODELS
     assert [n for n in names if f"{n}" not in guide] == []
+
+
+# The full-size options without a cluster experiment of their own, on their family's layout.
+OTHER_SIZES = {
+    "qwen3_30b_a3b": "qwen3_235b_64gpu",
+    "mixtral_8x7b": "mixtral_8x22b_32gpu",
+    "gpt_oss_20b": "gpt_oss_120b_16gpu",
+    "llama4_scout": "llama4_maverick_64gpu",
+}
+
+
+def test_other_sizes_pass_both_validators_on_their_familys_layout():
+    cases = {m: [f"experiment={e}", f"model={m}"] for m, e in OTHER_SIZES.items()}
+    for overrides in cases.values():
+        assert problems(compose(None, overrides)) == [], overrides
+    assert maxtext_verdicts(cases) == dict.fromkeys(cases)
