@@ -1,6 +1,7 @@
 """Run `moekit train experiment=<experiment>` for a set of presets, then record the results with provenance.
 
-    python benchmarks/run_presets.py --out DIR [--presets a,b] [--steps N] [--timeout-s S] [--append]
+    python benchmarks/run_presets.py --out DIR [--presets a,b] [--row NAME='OVERRIDES' ...] [--steps N] [--timeout-s S]
+        [--append]
     python benchmarks/run_presets.py --out DIR --presets tokamax,dense --profile --baseline tokamax   # breakdowns
     python benchmarks/run_presets.py --record DIR/presets.json [MORE.json]   # table -> docs/performance.md
 
@@ -72,46 +73,70 @@ def preset(spec: str) -> tuple[str, list[str], str]:
     return name, list(PRESETS[name][0]), PRESETS[name][1]
 
 
+def parse_rows(specs: list[str], extra: list[str]) -> dict[str, tuple[list[str], str]]:
+    """Presets (names or NAME:OVERRIDE+OVERRIDE specs) plus `NAME=OVERRIDES` rows (overrides separated by
+    spaces), in the order given: name -> (overrides, what it shows)."""
+    rows = {name: (ov, what) for name, ov, what in map(preset, specs)}
+    for spec in extra:
+        name, sep, overrides = spec.partition("=")
+        if not sep or not name or name in rows:
+            raise SystemExit(f"--row {spec!r}: give NAME=OVERRIDES with a new name, e.g. --row te_gmm='moe=te_gmm'")
+        rows[name] = (overrides.split(), f"`{overrides}`")
+    return rows
+
+
+def plan_rows(rows: dict[str, tuple[list[str], str]], steps: int, experiment: str) -> dict[str, tuple[list, dict]]:
+    """Every row composed and checked (moekit's checks) before any runs: name -> (overrides, config)."""
+    plans = {}
+    for name, (extra, _) in rows.items():
+        overrides = [f"experiment={experiment}", f"train.steps={steps}", *extra]
+        plans[name] = (overrides, ensure_valid(compose(overrides)).to_dict())
+    return plans
+
+
 def run(
     out: Path,
-    specs: list[str],
+    rows: dict[str, tuple[list[str], str]],
     steps: int,
     timeout_s: float,
     experiment: str,
+    reference: str = REFERENCE,
     profile: bool = False,
     baseline: str | None = None,
     append: bool = False,
 ) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    entries = [preset(baseline)] if baseline else []
-    base_name = entries[0][0] if entries else ""
+    entries: dict[str, tuple[list[str], str]] = {}
+    base_name = ""
+    if baseline:
+        base_name, ov, what = preset(baseline)
+        entries[base_name] = (ov, what)
     untraced_of = {}  # profiled preset -> its untraced twin (the baseline, when it is the same preset)
-    for name, ov, what in map(preset, specs):
-        traced = (f"{name}_profiled", [*ov, "profile=on"], f"{what}; profile=on")
-        entries.append(traced if profile else (name, ov, what))
+    for name, (ov, what) in rows.items():
+        if not profile:
+            entries[name] = (ov, what)
+            continue
+        entries[f"{name}_profiled"] = ([*ov, "profile=on"], f"{what}; profile=on")
         if name == base_name:
-            untraced_of[traced[0]] = name
-    plans = {}
-    for name, ov, what in entries:  # every preset must compose and pass moekit's checks before any runs
-        overrides = [f"experiment={experiment}", f"train.steps={steps}", *ov]
-        plans[name] = (overrides, ensure_valid(compose(overrides)).to_dict(), what)
+            untraced_of[f"{name}_profiled"] = name
+    plans = plan_rows(entries, steps, experiment)
     env = {
         "MOEKIT_RECORD_PEAK_MEMORY": "1",
         "PYTHONPATH": os.pathsep.join([str(REPO / "benchmarks" / "peakmem"), os.environ.get("PYTHONPATH", "")]),
     }
     results = {
         "experiment": experiment,
-        "reference": REFERENCE,
+        "reference": reference,
         "started": datetime.now(UTC).isoformat(),
         "presets": {},
     }
     path = out / "presets.json"
     if append and path.is_file():
         results = merged([path]) | {"experiment": experiment}
-    for name, (overrides, cfg, what) in plans.items():
+    for name, (overrides, cfg) in plans.items():
         print(f"== {name}: moekit train {' '.join(overrides)}", flush=True)
         r = trial.run(overrides, out / name, timeout_s, env)
-        r |= {"what": what, "batch": list(tuning.batch_key(cfg))}
+        r |= {"what": entries[name][1], "batch": list(tuning.batch_key(cfg))}
         if cfg["profile"]["enabled"]:
             r["profile"] = breakdown_record(out / name, results["presets"].get(untraced_of.get(name, "")))
         results["presets"][name] = r
@@ -318,6 +343,8 @@ def main() -> int:
     p.add_argument(
         "--presets", default=",".join(PRESETS), help=f"comma list of: {', '.join(PRESETS)}, or NAME:OVERRIDE+OVERRIDE"
     )
+    p.add_argument("--row", action="append", default=[], help="a further row NAME='OVERRIDES' (repeatable)")
+    p.add_argument("--reference", default=REFERENCE, help="the row the loss check compares with")
     p.add_argument("--profile", action="store_true", help="train each preset with profile=on (step-time breakdown)")
     p.add_argument("--baseline", help="with --profile: also train this preset untraced (the overhead reference)")
     p.add_argument("--append", action="store_true", help="add to DIR/presets.json (a later call of one batch)")
@@ -330,12 +357,12 @@ def main() -> int:
     if a.record:
         record(a.record, a.doc)
         return 0
-    specs = [n for n in a.presets.split(",") if n]
     if not a.out:
         p.error("--out is required to run")
     if a.baseline and not a.profile:
         p.error("--baseline is the untraced reference of --profile runs")
-    path = run(a.out, specs, a.steps, a.timeout_s, a.experiment, a.profile, a.baseline, a.append)
+    rows = parse_rows([n for n in a.presets.split(",") if n], a.row)
+    path = run(a.out, rows, a.steps, a.timeout_s, a.experiment, a.reference, a.profile, a.baseline, a.append)
     results = json.loads(path.read_text())
     print(table(results))
     if a.profile:

@@ -68,7 +68,12 @@ VOLUME_CASES = [  # id, overrides (on cluster=jobset unless they choose another)
     ("ckpt-slurm-folders", ["cluster=slurm", "checkpoint.every=5"], "cluster.output", "a new folder on every node"),
     ("output-unknown", [PVC, "cluster.output=data"], "cluster.output", "names volume 'data'"),
     ("no-source", ["cluster.volumes=[{name: r, path: /o}]"], "cluster.volumes[0]", "exactly one source"),
-    ("slurm-pvc", ["cluster=slurm", "cluster.volumes=[{name: r, path: /o, claim: x}]"], "cluster.volumes[0].claim", "Slurm"),
+    (
+        "slurm-pvc",
+        ["cluster=slurm", "cluster.volumes=[{name: r, path: /o, claim: x}]"],
+        "cluster.volumes[0].claim",
+        "Slurm",
+    ),
     ("relative", ["cluster.volumes=[{name: r, path: out, claim: x}]"], "cluster.volumes[0].path", "not an absolute"),
     ("read-only", [PVC.replace("}]", ", read_only: true}]"), "cluster.output=runs"], "cluster.output", "read_only"),
 ]

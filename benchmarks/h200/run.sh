@@ -6,6 +6,7 @@
 #   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
 #   bash benchmarks/h200/run.sh te gmm presets:te,tokamax verify:<args file>   (te: benchmarks/te_h200/README.md)
 #   DEADLINE_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm,dense verify:<args file>
+#   bash benchmarks/h200/run.sh portability:qwen3,mixtral   (benchmarks/run_portability.py)
 #   bash benchmarks/h200/run.sh profile:tokamax,dense   profile:te_gmm:moe=te_gmm   (step-time breakdowns)
 # DEADLINE_S: a phase that would start with less than 45 s left is skipped, and none runs past the deadline.
 # Needs: .whl/ (git-ignored, carried): the wheels of benchmarks/h200/wheels.txt (benchmarks/h200/README.md says how
@@ -118,6 +119,14 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
       tar czf "$OUT/profile_runs.tgz" -C /tmp --exclude='*/profile/trace' --exclude='*/profile/hlo' \
         --exclude='*/tensorboard' profile 2>/dev/null
       du -sh /tmp/profile/*/profile/* >> "$OUT/profile.txt" 2>&1 ;;
+    portability)
+      # $arg: families of benchmarks/run_portability.py (qwen3,mixtral,...); rows: $PORTABILITY_ROWS, the first is the
+      # baseline; one more row from $PORTABILITY_ROW (NAME=OVERRIDES, e.g. te_gmm=moe=te_gmm)
+      timeout -s INT "$(bound "${PORTABILITY_TIMEOUT:-560}")" python3 benchmarks/run_portability.py --out /tmp/portability \
+        --families "$arg" --rows ${PORTABILITY_ROWS:-dense,tokamax} ${PORTABILITY_ROW:+--row "$PORTABILITY_ROW"} \
+        --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/portability.txt" 2>&1; log "portability rc=$?"
+      cp /tmp/portability/portability.json "$OUT/" 2>/dev/null
+      tar czf "$OUT/portability_runs.tgz" -C /tmp portability 2>/dev/null ;;
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"

@@ -3,8 +3,9 @@
 Runs MaxText's own validator (maxtext.configs.pyconfig.initialize) in a subprocess on CPU with as many
 forced host devices as the job has, so mesh and sharding checks run as they would on the cluster. Starting
 it costs seconds (importing jax and MaxText's config schema: 4-6 s of CPU time on this 2-core machine), so
-an accepted command line is remembered in moekit's cache under the hash of what decides the answer: the
-arguments, the device and slice counts, and the MaxText, jax and Python versions.
+several command lines of one device count share one subprocess, and an accepted command line is remembered
+in moekit's cache under the hash of what decides the answer: the arguments, the device and slice counts, and
+the MaxText, jax and Python versions.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from importlib import metadata
 from moekit import cache
 from moekit.errors import MoekitError
 
+# Reads a JSON list of argument lists on stdin; prints one MOEKIT-RESULT line per list.
 _PROBE = r"""
 import difflib, json, re, sys
 from maxtext.configs import pyconfig, types
@@ -34,23 +36,23 @@ def keys(model):  # every key MaxText's config accepts, nested sections included
                 todo.append(f.annotation)
     return out
 
-argv = sys.argv[1:]
-try:
-    pyconfig.initialize(["train"] + argv)
-except BaseException as exc:  # MaxText raises ValueError, pydantic errors or SystemExit
-    known = keys(types.MaxTextConfig)
-    given = [a.split("=", 1)[0] for a in argv]
-    unknown = {k: difflib.get_close_matches(k, sorted(known), n=1) for k in given if k not in known}
-    problems = []
-    for err in getattr(exc, "errors", lambda: [])():
-        msg = str(err.get("msg", ""))
-        loc = [str(p) for p in err.get("loc", ())]
-        named = [k for k in sorted(known) if k in loc or re.search(r"\b%s\b" % re.escape(k), msg)]
-        problems.append({"msg": msg, "keys": named})
-    result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "unknown": unknown, "problems": problems}
-    print("MOEKIT-RESULT " + json.dumps(result))
-    sys.exit(0)
-print("MOEKIT-RESULT " + json.dumps({"ok": True}))
+known = None
+for argv in json.loads(sys.stdin.read()):
+    try:
+        pyconfig.initialize(["train"] + argv)
+        result = {"ok": True}
+    except BaseException as exc:  # MaxText raises ValueError, pydantic errors or SystemExit
+        known = known or keys(types.MaxTextConfig)
+        given = [a.split("=", 1)[0] for a in argv]
+        unknown = {k: difflib.get_close_matches(k, sorted(known), n=1) for k in given if k not in known}
+        problems = []
+        for err in getattr(exc, "errors", lambda: [])():
+            msg = str(err.get("msg", ""))
+            loc = [str(p) for p in err.get("loc", ())]
+            named = [k for k in sorted(known) if k in loc or re.search(r"\b%s\b" % re.escape(k), msg)]
+            problems.append({"msg": msg, "keys": named})
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "unknown": unknown, "problems": problems}
+    print("MOEKIT-RESULT " + json.dumps(result), flush=True)
 """
 
 
@@ -88,6 +90,43 @@ def cache_key(args: Sequence[str], num_devices: int, num_slices: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+def _argv(args: Sequence[str], num_slices: int) -> list[str]:
+    keep = [a for a in args if not a.startswith(("skip_jax_distributed_system=", "num_slices="))]
+    return [*keep, "skip_jax_distributed_system=true", f"num_slices={num_slices}"]
+
+
+def rejections(
+    arg_lists: Sequence[Sequence[str]],
+    num_devices: int,
+    num_slices: int = 1,
+    timeout_s: float = 600,
+    environ: Mapping[str, str] | None = None,
+) -> list[MaxTextRejected | None]:
+    """MaxText's refusal of each argument list (key=value strings), or None where it accepts it; one subprocess."""
+    base = os.environ if environ is None else environ
+    env = {k: v for k, v in base.items() if not k.startswith(("JAX_", "XLA_"))}
+    env |= {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={num_devices}"}
+    payload = json.dumps([_argv(a, num_slices) for a in arg_lists])
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE], input=payload, env=env, capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        raise ValidatorUnavailable(f"MaxText's validator did not answer within {timeout_s:.0f} s") from None
+    results = [
+        json.loads(line.removeprefix("MOEKIT-RESULT "))
+        for line in proc.stdout.splitlines()
+        if line.startswith("MOEKIT-RESULT ")
+    ]
+    if len(results) != len(arg_lists):
+        if "No module named 'maxtext'" in proc.stderr:
+            raise ValidatorUnavailable("MaxText is not installed in this Python (import maxtext failed)")
+        raise ValidatorUnavailable(f"MaxText's validator did not run (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    return [
+        None if r["ok"] else MaxTextRejected(r["error"], r.get("unknown", {}), r.get("problems", [])) for r in results
+    ]
+
+
 def validate(
     args: Sequence[str],
     num_devices: int,
@@ -100,28 +139,12 @@ def validate(
 
     Returns True when the answer came from the cache (no subprocess ran).
     """
-    keep = [a for a in args if not a.startswith(("skip_jax_distributed_system=", "num_slices="))]
-    argv = [*keep, "skip_jax_distributed_system=true", f"num_slices={num_slices}"]
-    name = f"maxtext-accepted/{cache_key(argv, num_devices, num_slices)}"
+    name = f"maxtext-accepted/{cache_key(_argv(args, num_slices), num_devices, num_slices)}"
     if use_cache and cache.read(name, environ):
         return True
-    base = os.environ if environ is None else environ
-    env = {k: v for k, v in base.items() if not k.startswith(("JAX_", "XLA_"))}
-    env |= {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={num_devices}"}
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _PROBE, *argv], env=env, capture_output=True, text=True, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired:
-        raise ValidatorUnavailable(f"MaxText's validator did not answer within {timeout_s:.0f} s") from None
-    for line in proc.stdout.splitlines():
-        if line.startswith("MOEKIT-RESULT "):
-            result = json.loads(line.removeprefix("MOEKIT-RESULT "))
-            if not result["ok"]:
-                raise MaxTextRejected(result["error"], result.get("unknown", {}), result.get("problems", []))
-            if use_cache:
-                cache.write(name, {"accepted": True, "versions": _versions()}, environ)
-            return False
-    if "No module named 'maxtext'" in proc.stderr:
-        raise ValidatorUnavailable("MaxText is not installed in this Python (import maxtext failed)")
-    raise ValidatorUnavailable(f"MaxText's validator did not run (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    [refusal] = rejections([args], num_devices, num_slices, timeout_s, environ)
+    if refusal:
+        raise refusal
+    if use_cache:
+        cache.write(name, {"accepted": True, "versions": _versions()}, environ)
+    return False

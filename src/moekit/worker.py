@@ -8,6 +8,7 @@ Usage: python -m moekit.worker <module> key=value ...
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import os
 import runpy
@@ -145,6 +146,17 @@ def trace_per_process(environ: dict[str, str]) -> None:
     jax.profiler.start_trace = start_own_trace
 
 
+def point_maxtext_at_its_assets(environ: dict[str, str]) -> dict[str, str]:
+    """MaxText 0.2.5 looks for its shipped tokenizers under <repository>/src/maxtext/assets, which an installed
+    wheel does not have; its own folder does. Name it, unless the environment already does (NGC image: source)."""
+    if "MAXTEXT_ASSETS_ROOT" in environ:
+        return {}
+    spec = importlib.util.find_spec("maxtext")
+    folder = next(iter(spec.submodule_search_locations or []), None) if spec else None
+    assets = os.path.join(folder, "assets") if folder else None
+    return {"MAXTEXT_ASSETS_ROOT": assets} if assets and os.path.isdir(os.path.join(assets, "tokenizers")) else {}
+
+
 def main() -> None:
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m moekit.worker <module> key=value ...")
@@ -152,6 +164,7 @@ def main() -> None:
     die_with_parent(dict(os.environ))
     trace_per_process(dict(os.environ))
     join(dict(os.environ))
+    os.environ.update(point_maxtext_at_its_assets(dict(os.environ)))  # before anything imports maxtext
     keep_secrets_out_of_tensorboard()
     if os.environ.get(te_gmm.MODE_ENV):  # moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM
         from moekit.te_gmm import hook

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from moekit import plan
+from moekit import maxtext_files, plan
 from moekit.config.checks import ensure_valid, warnings
 from moekit.config.compose import compose
 from moekit.errors import ConfigError
@@ -30,19 +29,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def maxtext_files(model_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """MaxText's base.yml and configs/models/<model_name>.yml from the installed MaxText (not imported)."""
-    spec = importlib.util.find_spec("maxtext")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError("MaxText is not installed in this Python; moekit plan reads its model files (make venv)")
-    configs = Path(next(iter(spec.submodule_search_locations))) / "configs"
-    model = configs / "models" / f"{model_name}.yml"
-    if not model.is_file():
-        known = ", ".join(sorted(p.stem for p in (configs / "models").glob("*.yml")))
-        raise ConfigError(f"model.name={model_name} has no MaxText model file; known: {known}")
-    return yaml.safe_load((configs / "base.yml").read_text()), yaml.safe_load(model.read_text()) or {}
-
-
 def data_file(name: str) -> dict[str, Any]:
     return yaml.safe_load((DATA / name).read_text())
 
@@ -55,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
             f"--scale {args.scale!r}: give GPU counts separated by commas, e.g. --scale 128,1024"
         ) from None
     cfg = ensure_valid(compose(args.overrides))
-    base, model_file = maxtext_files(cfg.model.name)
+    base, model_file = maxtext_files.model_values(cfg.model.name)
     try:
         out = plan.build(
             cfg,

@@ -624,3 +624,8 @@ def ensure_valid(cfg: Config) -> Config:
         body = "\n".join(f"  - {p}" for p in found)
         raise ConfigError(f"{len(found)} configuration problem(s); nothing was launched:\n{body}")
     return cfg
+
+
+# The family and data checks live in their own modules and register into CHECKS when imported.
+from moekit.config import data_checks as _data_checks  # noqa: E402,F401
+from moekit.config import family_checks as _family_checks  # noqa: E402,F401

@@ -31,6 +31,7 @@ OPEN_MAPPINGS = (
 
 GROUPS = (
     "experiment",
+    "ladder",
     "model",
     "moe",
     "precision",

@@ -111,9 +111,45 @@ class Expect(Section):
     """Required: every expected number says where it comes from."""
 
 
+DecoderBlock = Literal["deepseek", "qwen3_moe", "mixtral", "gpt_oss", "llama4"]
+
+
+class Routing(Section):
+    """How a token picks its experts, in MaxText's own keys: each one is passed to MaxText as written.
+
+    Every field is required: a model option states its family's routing, so moekit's checks see what MaxText
+    will run (a default here would silently replace the MaxText model file's value).
+    """
+
+    routed_score_func: Literal["", "softmax", "sigmoid"]
+    """Router score: "" = top-k of the logits, then softmax over the k (Mixtral, Qwen3, gpt-oss, Llama 4 applies a
+    sigmoid to the top-1 instead); "softmax" = softmax over all experts, then top-k, no renormalization
+    (DeepSeek-V2); "sigmoid" = per-expert sigmoid, top-k, renormalized (DeepSeek-V3)."""
+    norm_topk_prob: bool
+    """Renormalize the top-k weights to sum to 1 (Qwen3). The TE MoE block refuses it."""
+    routed_scaling_factor: float
+    """Multiplier of the routed experts' weights (DeepSeek decoder only; DeepSeek-V3: 2.5)."""
+    routed_bias: bool
+    """A learnable per-expert bias on the router logits (DeepSeek-V3's selection bias, gpt-oss's router bias)."""
+    routed_bias_update_rate: float = Field(ge=0)
+    """Auxiliary-loss-free balancing: per-step update of the selection bias (DeepSeek decoder only; 0 = off)."""
+    shared_experts: int = Field(ge=0)
+    """Always-active experts beside the routed ones (read by the DeepSeek and Llama 4 decoders only)."""
+    n_routing_groups: int
+    """Group-limited routing: experts split into this many groups; -1 = off (DeepSeek-V3-style routing only)."""
+    topk_routing_group: int
+    """Group-limited routing: a token's experts come from its top this-many groups; -1 = off."""
+    interleave_moe_layer_step: int = Field(ge=1)
+    """Every n-th layer is an MoE layer, the others dense (read by the Llama 4 decoder only; Maverick: 2)."""
+    load_balance_loss_weight: float = Field(ge=0)
+    """Weight of the auxiliary load-balancing loss (0 = none)."""
+
+
 class Model(Section):
     name: str
     """MaxText model_name (a file in MaxText's configs/models/)."""
+    decoder_block: DecoderBlock
+    """MaxText decoder_block: the family's layer code (what moekit's family checks key on)."""
     num_layers: int = Field(ge=1)
     """Decoder layers (MaxText base_num_decoder_layers)."""
     first_dense_layers: int = Field(ge=0)
@@ -122,6 +158,8 @@ class Model(Section):
     """Routed experts per MoE layer."""
     experts_per_token: int = Field(ge=1)
     """Routed experts each token goes to (top-k)."""
+    routing: Routing
+    """Router and expert-layout keys of the family (MaxText's names)."""
     extra: dict[str, Scalar] = {}
     """Further MaxText model keys (widths, vocab) overriding the model file."""
     attention: str | None = None
@@ -212,6 +250,9 @@ class Hardware(Section):
     """Citation of the peak numbers."""
     features: Features = Features()
     """What the tensor cores support."""
+    low_precision: Literal["mxfp8", "fp8", "bf16"]
+    """The lowest GEMM precision the tensor cores run natively: what precision=low resolves to (mxfp8 on Blackwell,
+    fp8 on Hopper)."""
     env: dict[str, Scalar] = {}
     """Runtime environment specific to this hardware."""
 
@@ -347,7 +388,27 @@ class Profile(Section):
 
 class Data(Section):
     dataset_type: Literal["synthetic", "tfds", "hf", "grain"] = "synthetic"
-    """MaxText dataset_type."""
+    """MaxText dataset_type: synthetic tokens, Hugging Face datasets on files (hf), or Grain (grain)."""
+    format: Literal["parquet", "json", "arrow", "arrayrecord"] | None = None
+    """File format: hf reads parquet, json or arrow; grain reads arrayrecord (tf.train.Example records) or parquet."""
+    files: str | None = None
+    """Training files: a path or glob on this machine or a mounted volume (gs:// and hf:// are read remotely);
+    grain also takes a weighted mixture 'a*.arrayrecord,0.7;b*.arrayrecord,0.3'."""
+    column: str = "text"
+    """The column holding the text (MaxText train_data_columns)."""
+    tokenizer: str | None = None
+    """A tokenizer MaxText ships (a name in its assets/tokenizers: tokenizer.llama2, tokenizer.mistral-v3,
+    tokenizer_llama3.tiktoken, qwen3-tokenizer, ...), a local path, or a Hugging Face id."""
+    tokenizer_type: Literal["sentencepiece", "tiktoken", "huggingface"] = "sentencepiece"
+    """How MaxText loads the tokenizer (grain); the hf pipeline loads every tokenizer with AutoTokenizer."""
+    packing: bool = True
+    """Pack several documents into each sequence (MaxText packing)."""
+    max_segments_per_seq: int = -1
+    """Documents packed into one sequence at most; TE's cuDNN attention on one process per node needs it > 0."""
+    workers: int = Field(1, ge=0)
+    """Grain worker processes per training process (grain_worker_count; the hf pipeline allows 0 or 1)."""
+    shuffle: bool = True
+    """Shuffle the records (enable_data_shuffling; seeded by train.seed)."""
 
 
 class Config(Section):

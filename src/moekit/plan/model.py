@@ -63,11 +63,14 @@ class Dims:
         experts = int(v.get("num_experts", 1))
         layers = int(v["base_num_decoder_layers"])
         moe_mlp = int(v.get("base_moe_mlp_dim", -1))
+        # DeepSeek: leading dense layers; Llama 4: every interleave-th layer is MoE (the others dense).
+        first_dense = int(v.get("first_num_dense_layers", 0))
+        moe_layers = (layers - first_dense) // max(1, int(v.get("interleave_moe_layer_step", 1)))
         return cls(
             emb=int(v["base_emb_dim"] * scale),
             vocab=int(v["vocab_size"]),
             layers=layers,
-            dense_layers=int(v.get("first_num_dense_layers", 0)) if experts > 1 else layers,
+            dense_layers=layers - moe_layers if experts > 1 else layers,
             mlp=int(v["base_mlp_dim"] * scale),
             moe_mlp=int(moe_mlp * scale) if moe_mlp > 0 else int(v["base_mlp_dim"] * scale),
             experts=experts,

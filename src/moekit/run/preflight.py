@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moekit import attempts, maxtext_validate, rundir
+from moekit import attempts, data_preflight, maxtext_validate, rundir
 from moekit import rendezvous as rz
 from moekit.config.checks import Problem
 from moekit.config.schema import Config
@@ -182,6 +182,12 @@ def te_gmm_ready(cfg: Config, host: Host) -> Iterator[Problem]:
         yield Problem("moe=te_gmm", what, fix)
 
 
+def data_ready(cfg: Config, host: Host) -> Iterator[Problem]:
+    """data=hf|grain: the files are where this host can see them, the tokenizer loads and fits the model."""
+    if cfg.data.dataset_type in ("hf", "grain"):
+        yield from data_preflight.problems(cfg)[0]
+
+
 def xla_flags_known(cfg: Config, host: Host) -> Iterator[Problem]:
     """Every flag of the job's XLA_FLAGS is one the installed XLA registers, with a value it can read."""
     fields = {}
@@ -268,6 +274,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("GPUs", gpus_present),
     Probe("TransformerEngine", te_present),
     Probe("moe=te_gmm", te_gmm_ready),
+    Probe("data", data_ready, costly=True),
     Probe("XLA flags", xla_flags_known, costly=True),
     Probe("MaxText validator", maxtext_accepts, costly=True),
 )

@@ -13,6 +13,7 @@ import yaml
 
 from moekit.config.schema import Config, Scalar
 from moekit.translate import profile
+from moekit.translate.data_keys import data_keys
 
 # Strings that every YAML reader keeps as strings when unquoted (no number, bool or null look-alikes).
 _PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./:@+-]*")
@@ -59,15 +60,18 @@ EXPERT_GEMM_KEYS: dict[str, dict[str, Scalar]] = {
 
 class Arg(NamedTuple):
     key: str
-    value: Scalar
+    value: Scalar | list[str]
     origin: str
 
     def render(self) -> str:
         return f"{self.key}={format_value(self.value)}"
 
 
-def format_value(value: Scalar) -> str:
-    """MaxText reads each value as a YAML scalar: keep strings strings (`off` would become False)."""
+def format_value(value: Scalar | list[str]) -> str:
+    """MaxText reads each value as YAML: keep strings strings (`off` would become False); a list is a flow sequence
+    of such scalars, so no element can add structure."""
+    if isinstance(value, list):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:
@@ -103,6 +107,7 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
         num_experts=m.num_experts,
         num_experts_per_tok=m.experts_per_token,
     )
+    put("model.routing", decoder_block=m.decoder_block, **m.routing.model_dump())
     put("model.extra", **m.extra)
     put(f"hardware={cfg.hardware.name}", hardware=cfg.maxtext_hardware)
     put(
@@ -115,7 +120,7 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
         init_weights_seed=t.seed,
         data_shuffle_seed=t.seed,
     )
-    put(f"data={cfg.data.dataset_type}", dataset_type=cfg.data.dataset_type)
+    put(f"data={cfg.data.dataset_type}", **data_keys(cfg.data))
     moe = cfg.moe
     put(f"moe={moe.backend}", **MOE_KEYS[moe.backend], capacity_factor=moe.capacity_factor)
     if MOE_KEYS[moe.backend]["sparse_matmul"]:
@@ -142,6 +147,11 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
     if cfg.num_processes == 1:
         # One process: no coordinator to wait for.
         put("cluster (one process)", skip_jax_distributed_system=True)
+    elif cfg.hardware.platform == "cpu":
+        # Only process 0 writes JAX's persistent compilation cache, so only process 0 finds its executable there: it
+        # starts the first step minutes before the others finish compiling, and XLA:CPU's Gloo gives up after 30 s
+        # (measured on this 2-core machine, 2026-12-03). Compile every time instead.
+        put("cluster (CPU processes)", jax_cache_dir="")
     put("profile=on", **profile.maxtext_keys(cfg))
     put("maxtext.extra", **cfg.maxtext.extra)
 

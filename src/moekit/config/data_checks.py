@@ -1,0 +1,78 @@
+"""Checks of the input pipeline that need no file: what MaxText would refuse, caught before launch.
+
+Registered into config.checks.CHECKS. What needs the files themselves (do they exist, does the tokenizer load and
+fit the model's vocabulary) is checked where they can be seen, just before training: moekit.data_preflight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from moekit.config.checks import Problem, check
+from moekit.config.schema import Config
+
+FORMATS = {"hf": ("parquet", "json", "arrow"), "grain": ("arrayrecord", "parquet")}
+
+
+@check
+def data_source_complete(cfg: Config) -> Iterator[Problem]:
+    d = cfg.data
+    if d.dataset_type not in FORMATS:
+        return
+    if not d.files:
+        yield Problem(
+            "data.files",
+            f"data={d.dataset_type} reads files, but data.files is not set",
+            f"data.files='/path/to/train-*.{d.format or 'parquet'}' (in a pod: the path where the volume is mounted)",
+        )
+    if d.format not in FORMATS[d.dataset_type]:
+        yield Problem(
+            "data.format",
+            f"data.format={d.format} is not one the {d.dataset_type} pipeline reads "
+            f"({', '.join(FORMATS[d.dataset_type])})",
+            f"data.format={FORMATS[d.dataset_type][0]}"
+            + (" or data=grain (ArrayRecord)" if d.format == "arrayrecord" else ""),
+        )
+    if not d.tokenizer:
+        yield Problem(
+            "data.tokenizer",
+            f"data={d.dataset_type} tokenizes text, but data.tokenizer is not set",
+            "data.tokenizer=tokenizer.llama2 (shipped with MaxText), or a path to your model's tokenizer",
+        )
+    if d.dataset_type == "hf" and d.tokenizer_type != "huggingface":
+        yield Problem(
+            "data.tokenizer_type",
+            "the hf pipeline loads every tokenizer with Hugging Face's AutoTokenizer; "
+            f"tokenizer_type={d.tokenizer_type} would be ignored",
+            "data.tokenizer_type=huggingface with a Hugging Face tokenizer (qwen3-tokenizer), or data=grain for a "
+            "SentencePiece or tiktoken file",
+        )
+    if d.dataset_type == "hf" and d.workers > 1:
+        yield Problem(
+            "data.workers",
+            f"MaxText's hf pipeline allows at most 1 worker (more duplicate data); data.workers={d.workers}",
+            "data.workers=1",
+        )
+    if d.dataset_type == "grain" and d.tokenizer_type == "tiktoken" and "tiktoken" not in (d.tokenizer or ""):
+        yield Problem(
+            "data.tokenizer",
+            "MaxText loads a tiktoken tokenizer only from a path that contains 'tiktoken'",
+            "data.tokenizer=tokenizer_llama3.tiktoken, or the data.tokenizer_type of your file",
+        )
+
+
+@check
+def packing_with_te_attention(cfg: Config) -> Iterator[Problem]:
+    attention = cfg.maxtext.extra.get("attention", cfg.model.attention)
+    if (
+        cfg.maxtext_hardware == "gpu"
+        and attention == "cudnn_flash_te"
+        and cfg.data.packing
+        and cfg.data.max_segments_per_seq <= 0
+    ):
+        yield Problem(
+            "data.max_segments_per_seq",
+            "attention=cudnn_flash_te with packed sequences on one process per node: MaxText refuses it without a "
+            "bound on the documents per sequence",
+            "data.max_segments_per_seq=32, or data.packing=false",
+        )

@@ -1,0 +1,105 @@
+"""What MaxText 0.2.5's decoder blocks do with the MoE keys: the facts moekit's family checks use.
+
+Each fact names the MaxText code it was read from (maxtext/configs/types.py validation, maxtext/layers/moe.py
+routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Family:
+    decoder_block: str
+    """MaxText decoder_block."""
+    models: str
+    """The MaxText model files of this family that moekit has options for."""
+    reads: frozenset[str]
+    """Routing keys whose non-default value this decoder reads; a non-default value of any other is ignored."""
+    layer_cycle: int = 1
+    """inhomogeneous_layer_cycle_interval of the family's model files: the scanned decoder builds
+    num_layers / cycle blocks (nnx_decoders.py), so num_layers must be a multiple of it."""
+    max_top_k: int | None = None
+    """The most experts per token MaxText's decoder accepts (types.py)."""
+    te_moe_block: str | None = None
+    """Why the TE MoE block cannot run this family (MaxText's refusal in types.py, or what it would change);
+    None = it can."""
+    dropless_only: tuple[str, str] | None = None
+    """(where, MaxText's refusal) when MaxText refuses token dropping for this family: "always" (capacity_factor >= 0),
+    or "dense_matmul" (capacity_factor != -1 on the sparse_matmul=false paths: moe=dense, moe=capacity)."""
+    attention_sinks: bool = False
+    """The family's attention uses learned sinks: on GPU only attention=cudnn_flash_te or dot_product run them
+    (attention_op.validate_gpu_flash_attention raises for the other kernels, at trace time)."""
+
+
+# Keys every decoder reads through the shared router (moe.py GateLogit and get_topk).
+COMMON = frozenset({"routed_score_func", "routed_bias", "load_balance_loss_weight"})
+
+FAMILIES: dict[str, Family] = {
+    f.decoder_block: f
+    for f in (
+        Family(
+            decoder_block="deepseek",
+            models="deepseek3-671b, deepseek3-tiny, deepseek2-16b",
+            # deepseek_scale_weights scales by routed_scaling_factor and skips norm_topk_prob; the DeepSeek decoder is
+            # the only one with first_num_dense_layers and loss-free bias updates (routed_bias_update_rate).
+            reads=COMMON
+            | {
+                "routed_scaling_factor",
+                "routed_bias_update_rate",
+                "shared_experts",
+                "n_routing_groups",
+                "topk_routing_group",
+            },
+        ),
+        Family(
+            decoder_block="qwen3_moe",
+            models="qwen3-30b-a3b, qwen3-235b-a22b",
+            reads=COMMON | {"norm_topk_prob"},
+            te_moe_block="MaxText refuses it: 'te_moe_block=True does not currently support norm_topk_prob=True' "
+            "(Qwen3's routing)",
+        ),
+        Family(decoder_block="mixtral", models="mixtral-8x7b, mixtral-8x22b", reads=COMMON | {"norm_topk_prob"}),
+        Family(
+            decoder_block="gpt_oss",
+            models="gpt-oss-20b, gpt-oss-120b",
+            reads=COMMON | {"norm_topk_prob"},
+            layer_cycle=2,
+            dropless_only=("dense_matmul", "GPT-OSS MoE only supports dropless (capacity_factor=-1) with dense matmul"),
+            attention_sinks=True,
+            # MaxText accepts it, but hands TE only the activation's name ("sigmoid") and the router bias as TE's
+            # selection-only expert_bias (moe.py _te_moe_block); its own path computes gpt-oss's clamped GLU.
+            te_moe_block="the TE MoE block would train another model: MaxText passes TE the activation name only, "
+            "not gpt-oss's clamped GLU (x*sigmoid(1.702x)*(up+1), limit 7), and the router bias as a selection-only "
+            "bias",
+        ),
+        Family(
+            decoder_block="llama4",
+            models="llama4-17b-16e (Scout), llama4-17b-128e (Maverick)",
+            reads=COMMON | {"shared_experts", "interleave_moe_layer_step"},
+            layer_cycle=4,
+            max_top_k=1,
+            te_moe_block="MaxText refuses it: 'te_moe_block=True does not currently support Llama4 routing semantics'",
+            dropless_only=("always", "Llama4 decoder has not been tested with capacity_factor >= 0"),
+        ),
+    )
+}
+
+# The routing fields' MaxText defaults (base.yml): a value other than these is a choice the decoder must read.
+ROUTING_DEFAULTS = {
+    "routed_score_func": "",
+    "norm_topk_prob": False,
+    "routed_scaling_factor": 1.0,
+    "routed_bias": False,
+    "routed_bias_update_rate": 0.0,
+    "shared_experts": 0,
+    "n_routing_groups": -1,
+    "topk_routing_group": -1,
+    "interleave_moe_layer_step": 1,
+    "load_balance_loss_weight": 0.0,
+}
+
+# moe.py get_topk runs group-limited routing (deepseek_routing) only for these model names; the TE MoE block passes
+# n_routing_groups/topk_routing_group to TE for every model.
+GROUP_ROUTING_MODELS = ("deepseek3", "deepseek4", "kimi-k2")

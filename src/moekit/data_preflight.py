@@ -1,0 +1,172 @@
+"""Before training on real data, check it where it can be seen: on the host that runs `moekit train`.
+
+The files exist and hold the text column, the tokenizer loads the way MaxText loads it and its vocabulary fits
+the model's, the sequence length fits the model's context. Every problem is reported at once, before MaxText
+starts (a missing file would otherwise surface after start-up and compilation, minutes in).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import socket
+from dataclasses import dataclass
+
+from moekit import maxtext_files
+from moekit.config.checks import Problem
+from moekit.config.schema import Config, Data
+from moekit.plan import resolved_values
+
+REMOTE = ("gs://", "hf://", "s3://", "http://", "https://")
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    files: list[str]
+    """Local files matching data.files (remote patterns are left to MaxText)."""
+    tokenizer_path: str | None
+    """The tokenizer file or folder, resolved against MaxText's shipped tokenizers."""
+    vocab: int | None
+    """Tokens in the tokenizer's vocabulary."""
+
+
+def patterns(data: Data) -> list[str]:
+    """The file patterns of data.files: grain's weighted mixture 'a*,0.7;b*,0.3' gives a* and b*."""
+    if data.dataset_type == "grain" and ";" in (data.files or ""):
+        return [part.rsplit(",", 1)[0].strip() for part in (data.files or "").split(";") if part.strip()]
+    return [data.files] if data.files else []
+
+
+def resolve_tokenizer(name: str) -> str:
+    """A path as given, else the tokenizer MaxText ships under that name, else the name (a Hugging Face id)."""
+    if os.path.exists(name) or name.startswith(REMOTE):
+        return name
+    shipped = maxtext_files.assets_dir() / "tokenizers" / os.path.basename(name)
+    return str(shipped) if shipped.exists() else name
+
+
+def vocab_size(path: str, tokenizer_type: str) -> int:
+    """Load the tokenizer with MaxText's own loader and count its tokens."""
+    from maxtext.input_pipeline import tokenizer
+
+    tok = tokenizer.build_tokenizer(path, tokenizer_type, True, True, os.environ.get("HF_TOKEN"))
+    if tokenizer_type == "tiktoken":
+        return int(tok.n_words)
+    if tokenizer_type == "huggingface":
+        return len(tok.tokenizer)
+    return int(tok._tokenizer_model.GetPieceSize())  # SentencePieceProcessor: MaxText exposes no public count
+
+
+def columns(path: str, fmt: str) -> list[str]:
+    """The columns (features) of the first record of one data file."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return list(pq.read_schema(path).names)
+    if fmt == "arrow":
+        import pyarrow as pa
+
+        with pa.memory_map(path) as source:
+            try:
+                return list(pa.ipc.open_stream(source).schema.names)
+            except pa.ArrowInvalid:
+                return list(pa.ipc.open_file(source).schema.names)
+    if fmt == "json":
+        with open(path, encoding="utf-8") as f:
+            first = next((line for line in f if line.strip()), "{}")
+        record = json.loads(first)
+        return list(record[0] if isinstance(record, list) and record else record)
+    from array_record.python.array_record_module import ArrayRecordReader
+    from maxtext.input_pipeline.protos import example_pb2
+
+    reader = ArrayRecordReader(path)
+    try:
+        example = example_pb2.Example.FromString(reader.read([0])[0]) if reader.num_records() else None
+    finally:
+        reader.close()
+    return sorted(example.features.feature) if example else []
+
+
+def problems(cfg: Config) -> tuple[list[Problem], Found]:
+    """What is wrong with the data for this config on this host (empty when it is ready)."""
+    d, out = cfg.data, []
+    host = socket.gethostname()
+    files: list[str] = []
+    for pattern in patterns(d):
+        if pattern.startswith(REMOTE):
+            continue
+        matched = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not matched:
+            out.append(
+                Problem(
+                    "data.files",
+                    f"no file matches {pattern!r} on {host}",
+                    "check the path; in a pod, the path where the data volume is mounted (docs/adapting.md)",
+                )
+            )
+        files += matched
+    if files:
+        fmt = d.format or "parquet"
+        try:
+            present = columns(files[0], fmt)
+        except Exception as exc:  # a file of another format, or a damaged one
+            present = None
+            fix = "data.format=<the files' format>"
+            out.append(Problem("data.format", f"{files[0]} is not readable as {fmt}: {exc}", fix))
+        if present is not None and d.column not in present:
+            out.append(
+                Problem(
+                    "data.column",
+                    f"{files[0]} has no column {d.column!r} (it has: {', '.join(present) or 'none'})",
+                    f"data.column={present[0] if present else 'text'}",
+                )
+            )
+    if d.dataset_type == "grain" and d.format == "parquet" and files:
+        per_process = max(len(files) // cfg.num_processes, 1)  # MaxText's compute_file_sharding
+        if d.workers > per_process:
+            out.append(
+                Problem(
+                    "data.workers",
+                    f"{d.workers} grain workers per process, but each of the {cfg.num_processes} processes reads "
+                    f"{per_process} of the {len(files)} parquet files (MaxText refuses more workers than files)",
+                    f"data.workers={per_process}, or split the data into more files",
+                )
+            )
+    path, vocab = None, None
+    if d.tokenizer:
+        path = resolve_tokenizer(d.tokenizer)
+        kind = "huggingface" if d.dataset_type == "hf" else d.tokenizer_type
+        try:
+            vocab = vocab_size(path, kind)
+        except Exception as exc:  # MaxText's loaders raise ValueError; Hugging Face raises OSError offline
+            out.append(
+                Problem(
+                    "data.tokenizer",
+                    f"the {kind} tokenizer {d.tokenizer!r} does not load: {str(exc).splitlines()[0][:300]}",
+                    f"data.tokenizer=<a path on {host}>, or one MaxText ships: "
+                    + ", ".join(maxtext_files.shipped_tokenizers()),
+                )
+            )
+    values = resolved_values(cfg, *maxtext_files.model_values(cfg.model.name))
+    model_vocab = int(values["vocab_size"])
+    if vocab is not None and vocab > model_vocab:
+        fit = -(-vocab // 128) * 128
+        out.append(
+            Problem(
+                "data.tokenizer",
+                f"the tokenizer has {vocab:,} tokens but the model's vocabulary is {model_vocab:,}: larger token ids "
+                "would index past the embedding",
+                f"model.extra.vocab_size={fit} (the tokenizer's size rounded up to 128), or a smaller tokenizer",
+            )
+        )
+    if values.get("rope_type") == "yarn" and cfg.train.seq_len > int(values["max_position_embeddings"]):
+        out.append(
+            Problem(
+                "train.seq_len",
+                f"seq_len={cfg.train.seq_len} exceeds the model's context of {int(values['max_position_embeddings'])} "
+                "positions (YaRN max_position_embeddings)",
+                f"train.seq_len={int(values['max_position_embeddings'])}",
+            )
+        )
+    return out, Found(files, path, vocab)

@@ -1,0 +1,287 @@
+"""The MoE families beyond DeepSeek-V3: faithful model options, family-aware refusals, the shared ladder, and the
+tiny variants training on CPU."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, compose, losses, moekit
+from moekit.config.checks import problems
+from moekit.config.compose import group_options
+from moekit.maxtext_files import model_values
+from moekit.plan import resolved_values
+from moekit.plan.model import Dims
+from test_experiments import maxtext_verdicts
+
+CONF = REPO / "conf"
+MODELS = group_options("model")
+LADDER = group_options("ladder")
+# experiment -> (the rungs moekit refuses, with a phrase of the reason)
+LAYOUTS = {
+    "dsv3_baseline": {},
+    "qwen3_235b_64gpu": {"5_nccl_ep": "norm_topk_prob"},
+    "mixtral_8x22b_32gpu": {},
+    "dsv2_lite_8gpu": {},
+    "gpt_oss_120b_16gpu": {"5_nccl_ep": "clamped GLU"},
+    "llama4_maverick_64gpu": {"5_nccl_ep": "Llama4 routing"},
+}
+TINY = ["qwen3_moe_tiny", "mixtral_tiny", "deepseek2_tiny", "gpt_oss_tiny", "llama4_tiny"]
+
+
+# ---- model options say what MaxText's model files say ----
+
+
+@pytest.mark.parametrize("option", MODELS)
+def test_model_option_routing_is_maxtexts(option):
+    cfg = compose("smoke", [f"model={option}"])
+    base, model_file = model_values(cfg.model.name)
+    maxtext = base | model_file
+    assert cfg.model.decoder_block == maxtext["decoder_block"]
+    for key, value in cfg.model.routing.model_dump().items():
+        assert value == maxtext[key], (option, key)
+
+
+# Totals of the full-size options, from each model's card (published), against moekit plan's count.
+PUBLISHED_PARAMS = {
+    "qwen3_235b_a22b": 235e9,  # Qwen3 technical report: 235B total, 22B active
+    "qwen3_30b_a3b": 30.5e9,  # Qwen3-30B-A3B model card: 30.5B total
+    "mixtral_8x22b": 141e9,  # Mistral AI, Mixtral 8x22B announcement: 141B total, 39B active
+    "mixtral_8x7b": 46.7e9,  # Mixtral of Experts (arXiv 2401.04088): 47B total
+    "deepseek2_16b": 15.7e9,  # DeepSeek-V2-Lite model card: 15.7B total, 2.4B active
+    "gpt_oss_120b": 117e9,  # OpenAI gpt-oss model card: 117B total, 5.1B active
+    "gpt_oss_20b": 21e9,  # OpenAI gpt-oss model card: 21B total
+    "llama4_maverick": 400e9,  # Meta Llama 4 model card: 400B total, 17B active
+    "llama4_scout": 109e9,  # Meta Llama 4 model card: 109B total
+}
+
+
+@pytest.mark.parametrize("option", sorted(PUBLISHED_PARAMS))
+def test_full_size_parameter_count_matches_the_published_one(option):
+    cfg = compose("smoke", [f"model={option}"])
+    dims = Dims.from_values(resolved_values(cfg, *model_values(cfg.model.name)))
+    assert dims.total_params() == pytest.approx(PUBLISHED_PARAMS[option], rel=0.04)
+
+
+# ---- refusals that know the family; MaxText's own verdict alongside ----
+
+# id, overrides on experiment=smoke, a phrase of moekit's problem, MaxText's verdict: a phrase of its refusal, or
+# None where it accepts the config and would go wrong later (ignore the key, or fail once the model is traced).
+CASES = [
+    ("llama4-top2", ["model=llama4_tiny", "model.experts_per_token=2"], "top-1", "Only top-1 routing"),
+    (
+        "llama4-capacity",
+        ["model=llama4_tiny", "moe=capacity", "moe.allow_token_dropping=true"],
+        "capacity_factor=",
+        "capacity_factor >= 0",
+    ),
+    ("llama4-layers", ["model=llama4_tiny", "model.num_layers=6"], "multiple of 4", None),
+    (
+        "gpt-oss-capacity",
+        ["model=gpt_oss_tiny", "moe=capacity", "moe.allow_token_dropping=true"],
+        "GPT-OSS",
+        "GPT-OSS MoE only supports dropless",
+    ),
+    ("gpt-oss-layers", ["model=gpt_oss_tiny", "model.num_layers=3"], "multiple of 2", None),
+    ("gpt-oss-sinks-gpu", ["hardware=h200", "model=gpt_oss_tiny"], "sinks", None),
+    (
+        "qwen3-te",
+        ["model=qwen3_moe_tiny", "moe=te", "hardware=h200", "cluster.gpus_per_node=2", "cluster.processes_per_node=2"],
+        "norm_topk_prob",
+        "norm_topk_prob",
+    ),
+    (
+        "mixtral-bias-updates",
+        ["model=mixtral_tiny", "model.routing.routed_bias=true", "model.routing.routed_bias_update_rate=0.001"],
+        "does not read",
+        "Loss-free load",
+    ),
+    ("mixtral-shared-expert", ["model=mixtral_tiny", "model.routing.shared_experts=1"], "does not read", None),
+    ("qwen3-dense-layer", ["model=qwen3_moe_tiny", "model.first_dense_layers=1"], "leading dense layers", None),
+    (
+        "dsv2-groups-ignored",
+        ["model=deepseek2_tiny", "model.routing.n_routing_groups=4", "model.routing.topk_routing_group=2"],
+        "would be ignored",
+        None,
+    ),
+    (
+        "dsv3-groups-uneven",
+        ["model.routing.n_routing_groups=3", "model.routing.topk_routing_group=1"],
+        "equal groups",
+        None,
+    ),
+    ("routing-in-extra", ["maxtext.extra.norm_topk_prob=true"], "routing key", None),
+]
+ACCEPTED = [  # family configurations both accept
+    ("dsv3-group-limited", ["model.routing.n_routing_groups=4", "model.routing.topk_routing_group=2"]),
+    *((f"{t}", [f"model={t}"]) for t in TINY),
+]
+
+
+@pytest.fixture(scope="session")
+def case_verdicts():
+    cases = {c: ["experiment=smoke", *ov] for c, ov, _, _ in CASES} | {
+        c: ["experiment=smoke", *ov] for c, ov in ACCEPTED
+    }
+    return maxtext_verdicts(cases)
+
+
+@pytest.mark.parametrize("case, overrides, ours, theirs", CASES, ids=[c[0] for c in CASES])
+def test_family_refusals_before_launch(case, overrides, ours, theirs, case_verdicts):
+    found = [str(p) for p in problems(compose("smoke", overrides))]
+    assert any(ours in p for p in found), found
+    verdict = case_verdicts[case]
+    if theirs is None:
+        assert verdict is None, verdict  # MaxText takes it: moekit's refusal is the only guard
+    else:
+        assert verdict is not None and theirs in verdict, verdict
+
+
+@pytest.mark.parametrize("case, overrides", ACCEPTED, ids=[c[0] for c in ACCEPTED])
+def test_family_configs_both_accept(case, overrides, case_verdicts):
+    assert problems(compose("smoke", overrides)) == []
+    assert case_verdicts[case] is None
+
+
+# ---- one ladder, shared by every family ----
+
+
+def test_dsv3_ladder_experiments_are_the_shared_rungs():
+    """dsv3_ladder_<n> is dsv3_baseline with rung n: the same config but for its name and expected numbers."""
+    for n, rung in enumerate(LADDER):
+        [named] = [e for e in group_options("experiment") if e.startswith(f"dsv3_ladder_{n}_")]
+        a = compose(named).to_dict()
+        b = compose("dsv3_baseline", [f"ladder={rung}"]).to_dict()
+        for cfg in (a, b):
+            cfg.pop("experiment_name"), cfg.pop("expect"), cfg["cluster"].pop("name")
+        assert a == b, named
+
+
+def test_each_rung_choice_is_written_once():
+    """Rung 1's grouped GEMM (and every other rung's choice) is named in one file: its conf/ladder/ option."""
+    files = [*CONF.glob("ladder/*.yaml"), *CONF.glob("experiment/*ladder*.yaml"), CONF / "experiment/dsv3_blog.yaml"]
+    for group in ("moe", "xla", "precision", "memory"):
+        owners = [p.relative_to(CONF).as_posix() for p in files if re.search(rf"override /{group}:", p.read_text())]
+        expected = {"moe": ["ladder/1_grouped_gemm.yaml", "ladder/5_nccl_ep.yaml"]}.get(group, None)
+        assert len(owners) == len(expected or [1]), (group, owners)
+        if expected:
+            assert sorted(owners) == expected
+
+
+def test_layouts_leave_the_ladder_groups_alone():
+    """A family's layout experiment supplies model and layout; a group it set would beat the ladder's choice."""
+    for experiment in LAYOUTS:
+        if experiment == "dsv3_baseline":
+            continue  # names the defaults explicitly (moe=ragged_dot, ...); the rungs still win (test above)
+        text = (CONF / "experiment" / f"{experiment}.yaml").read_text()
+        assert not re.search(r"override /(moe|xla|precision|memory):", text), experiment
+
+
+LADDER_CASES = {f"{e}:{r}": (e, r) for e in LAYOUTS for r in LADDER}
+
+
+@pytest.fixture(scope="session")
+def ladder_verdicts():
+    return maxtext_verdicts({case: [f"experiment={e}", f"ladder={r}"] for case, (e, r) in LADDER_CASES.items()})
+
+
+@pytest.mark.parametrize("case", sorted(LADDER_CASES))
+def test_every_family_climbs_the_ladder(case, ladder_verdicts):
+    experiment, rung = LADDER_CASES[case]
+    cfg = compose(experiment, [f"ladder={rung}"])
+    found = [str(p) for p in problems(cfg)]
+    refused = LAYOUTS[experiment].get(rung)
+    if refused:
+        assert any(refused in p for p in found), found
+    else:
+        assert found == []
+    if not refused or refused == "clamped GLU":  # moekit's own refusal: MaxText would take it
+        assert ladder_verdicts[case] is None, ladder_verdicts[case]
+    else:
+        assert ladder_verdicts[case] is not None
+    steps = {"0": "ragged_dot", "1": "tokamax", "5": "te"}
+    assert cfg.moe.backend == steps.get(rung[0], cfg.moe.backend)
+    if rung >= "3":
+        assert cfg.precision.name == cfg.hardware.low_precision != "bf16"
+
+
+def test_proxies_keep_the_layouts_per_gpu_experts():
+    """A proxy has the full layer widths and the per-GPU expert count of its family's layout."""
+    pairs = {
+        "qwen3_235b_proxy_h200": "qwen3_235b_64gpu",
+        "mixtral_8x22b_proxy_h200": "mixtral_8x22b_32gpu",
+        "dsv2_lite_proxy_h200": "dsv2_lite_8gpu",
+        "gpt_oss_120b_proxy_h200": "gpt_oss_120b_16gpu",
+        "llama4_maverick_proxy_h200": "llama4_maverick_64gpu",
+    }
+    for proxy, layout in pairs.items():
+        p, full = compose(proxy), compose(layout)
+        ep = full.ici_filled["expert"] * full.parallelism.dcn.expert
+        assert p.num_devices == 1 and p.model.num_experts == full.model.num_experts // ep, proxy
+        assert (p.model.name, p.model.routing, p.model.experts_per_token) == (
+            full.model.name,
+            full.model.routing,
+            full.model.experts_per_token,
+        )
+        assert set(p.model.extra) <= {"vocab_size"}, proxy  # widths untouched
+        assert problems(p) == []
+
+
+# ---- the tiny variants train (real MaxText on CPU) ----
+
+
+@pytest.fixture(scope="session")
+def tiny_sweep(tmp_path_factory) -> tuple[Path, object]:
+    """One real sweep over the five tiny families (3 steps each), shared by the per-family tests."""
+    folder = tmp_path_factory.mktemp("families") / "tiny"
+    proc = moekit(
+        "train",
+        "-m",
+        "experiment=smoke",
+        "train.steps=3",
+        f"model={','.join(TINY)}",
+        f"run.dir={folder}",
+        timeout=1800,
+    )
+    return folder, proc
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("option", TINY)
+def test_tiny_family_trains_on_cpu(option, tiny_sweep):
+    folder, proc = tiny_sweep
+    sweep = json.loads((folder / "sweep.json").read_text())
+    [run] = [r for r in sweep if f"model={option}" in r["overrides"]]
+    assert run["returncode"] == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = Path(run["run_dir"])
+    job = json.loads((run_dir / "job.json").read_text())
+    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert f"decoder_block={cfg['model']['decoder_block']}" in job["maxtext_args"]
+    loss = losses(run_dir)
+    assert len(loss) == 3 and all(0 < x < 20 for x in loss) and loss[-1] < loss[0]
+
+
+def test_adapting_guide_lists_every_family_experiment_and_model():
+    guide = (REPO / "docs" / "adapting.md").read_text()
+    names = [e for e in group_options("experiment") if re.search(r"(_proxy_h200|_\d+gpu)$", e)] + MODELS
+    assert [n for n in names if f"{n}" not in guide] == []
+
+
+# The full-size options without a cluster experiment of their own, on their family's layout.
+OTHER_SIZES = {
+    "qwen3_30b_a3b": "qwen3_235b_64gpu",
+    "mixtral_8x7b": "mixtral_8x22b_32gpu",
+    "gpt_oss_20b": "gpt_oss_120b_16gpu",
+    "llama4_scout": "llama4_maverick_64gpu",
+}
+
+
+def test_other_sizes_pass_both_validators_on_their_familys_layout():
+    cases = {m: [f"experiment={e}", f"model={m}"] for m, e in OTHER_SIZES.items()}
+    for overrides in cases.values():
+        assert problems(compose(None, overrides)) == [], overrides
+    assert maxtext_verdicts(cases) == dict.fromkeys(cases)
