@@ -56,9 +56,27 @@ PRESETS: dict[str, tuple[list[str], str]] = {
         ["moe=te_gmm", "precision=fp8", "train.steps=50"],
         "moe=te_gmm + FP8 current scaling on the expert (TE grouped) and dense GEMMs; 50 steps",
     ),
+    "te_gmm_minimal": (
+        ["moe=te_gmm", "memory=remat_minimal"],
+        "moe=te_gmm, MaxText remat_policy=minimal (keeps the matmul outputs: less recompute, more memory)",
+    ),
+    "te_gmm_fp8_dense": (
+        ["moe=te_gmm", "precision=fp8", "moe.expert_precision=bf16"],
+        "moe=te_gmm with bf16 expert GEMMs; FP8 current scaling on the dense GEMMs only",
+    ),
+    "te_gmm_fp8_dense_minimal": (
+        ["moe=te_gmm", "precision=fp8", "moe.expert_precision=bf16", "memory=remat_minimal"],
+        "te_gmm_fp8_dense + remat_policy=minimal",
+    ),
 }
 # A quantized preset -> the bf16 preset of the same path: its loss gap is reported (it changes the arithmetic).
-BF16_TWIN = {"te_gmm_fp8": "te_gmm", "tokamax_fp8": "tokamax", "te_fp8": "te"}
+BF16_TWIN = {
+    "te_gmm_fp8": "te_gmm",
+    "te_gmm_fp8_dense": "te_gmm",
+    "te_gmm_fp8_dense_minimal": "te_gmm_minimal",
+    "tokamax_fp8": "tokamax",
+    "te_fp8": "te",
+}
 MARK_BEGIN, MARK_END = "<!-- BEGIN presets (benchmarks/run_presets.py --record) -->", "<!-- END presets -->"
 PROFILE_BEGIN, PROFILE_END = "<!-- BEGIN profile (benchmarks/run_presets.py --record) -->", "<!-- END profile -->"
 

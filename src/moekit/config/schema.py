@@ -189,6 +189,9 @@ class Moe(Section):
     """Receive buffer per EP rank as a multiple of the balanced load; <= 0 sizes it for the worst case."""
     overflow_check_every: int = Field(20, ge=1)
     """moe=te: steps between host checks of NCCL EP receive-buffer overflow (overflowing steps skip the update)."""
+    expert_precision: Literal["auto", "bf16"] = "auto"
+    """moe=te_gmm: the expert GEMMs' precision; auto follows precision= (fp8: FP8 current scaling per expert), bf16
+    keeps them bf16 while precision=fp8 still quantizes the dense GEMMs."""
 
 
 class Precision(Section):

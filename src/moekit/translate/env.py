@@ -58,8 +58,9 @@ def env_vars(cfg: Config) -> list[EnvVar]:
     if cfg.model.attention in ATTENTION_ENV:
         put(f"model.attention={cfg.model.attention}", ATTENTION_ENV[cfg.model.attention])
     if cfg.moe.backend == "te_gmm":
-        precision = cfg.precision.name
-        put(f"moe=te_gmm, precision={precision} (expert GEMMs)", {MODE_ENV: TE_GMM_MODE[precision]})
+        precision = cfg.precision.name if cfg.moe.expert_precision == "auto" else cfg.moe.expert_precision
+        origin = f"precision={precision}" if cfg.moe.expert_precision == "auto" else "moe.expert_precision=bf16"
+        put(f"moe=te_gmm, {origin} (expert GEMMs)", {MODE_ENV: TE_GMM_MODE[precision]})
         ep = expert_parallel_size(cfg)
         put(f"moe=te_gmm, expert parallelism {ep}", {BUCKETS_ENV: te_gmm_row_buckets(ep)})
     if cfg.moe.dispatch == "nccl_ep" and cfg.cluster.nodes > 1:
