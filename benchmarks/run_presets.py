@@ -207,6 +207,9 @@ def loss_checks(results: dict) -> dict[str, str]:
             out[name] = "-"
         elif r["batch"] != ref.get("batch"):
             out[name] = "n/a (other tokens/step)"
+        elif r.get("status") == "ok" and len(r["losses"]) != len(ref["losses"]):
+            # train.steps sets the learning-rate schedule (warm-up, decay): runs of other lengths are other runs
+            out[name] = f"n/a ({len(r['losses'])} steps vs {len(ref['losses'])}: another learning-rate schedule)"
         else:
             ok, diff, bad = tuning.compare_losses(ref["losses"], r["losses"])
             out[name] = f"ok (max diff {diff:.1e})" if ok else f"**diverges** at step {bad} (max diff {diff:.3f})"
