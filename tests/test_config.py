@@ -105,6 +105,8 @@ def test_config_show_names_the_file_or_override_behind_every_value():
             node = body
             for part in key.removeprefix(prefix).lstrip(".").split("."):
                 node = node[part]
+            if m := re.fullmatch(r"\$\{([\w.]+)\}", str(node)):  # an interpolation: the value it names
+                node = rows[m.group(1)][0]
             assert _as_written(node, value), (key, src, node, value)
     choice = {c.group: c for c in comp.choices}
     assert choice["experiment"].chosen_by == "command line" and choice["moe"].chosen_by == "experiment/dsv3_blog.yaml"
