@@ -109,11 +109,11 @@ def test_config_show_names_the_file_or_override_behind_every_value():
                 node = rows[m.group(1)][0]
             assert _as_written(node, value), (key, src, node, value)
     choice = {c.group: c for c in comp.choices}
-    assert choice["experiment"].chosen_by == "command line" and choice["moe"].chosen_by == "experiment/dsv3_blog.yaml"
+    assert choice["experiment"].chosen_by == "command line" and choice["moe"].chosen_by == "ladder/5_nccl_ep.yaml"
     assert choice["data"].chosen_by == "config.yaml"
     proc = moekit("config", "show", *overrides)
     assert proc.returncode == 0, proc.stderr
-    assert "#   moe=te  (experiment/dsv3_blog.yaml)" in proc.stdout
+    assert "#   moe=te  (ladder/5_nccl_ep.yaml)" in proc.stdout
     assert re.search(r"^train\.steps: 3 +# command line: train\.steps=3$", proc.stdout, re.M)
     bad = moekit("config", "show", "experiment=smoke", "train.stepz=3")
     assert bad.returncode == 2 and "unknown config key 'train.stepz'" in bad.stderr
