@@ -223,7 +223,9 @@ def loss_gaps(results: dict) -> list[str]:
         q, b = presets.get(name, {}), presets.get(twin, {})
         if not q.get("losses") or not b.get("losses") or q.get("batch") != b.get("batch"):
             continue
-        n = min(len(q["losses"]), len(b["losses"]))
+        if len(q["losses"]) != len(b["losses"]):  # another train.steps: another learning-rate schedule
+            continue
+        n = len(q["losses"])
         diffs = [qi - bi for qi, bi in zip(q["losses"][:n], b["losses"][:n], strict=True)]
         last = diffs[-min(10, n) :]
         lines.append(

@@ -50,16 +50,18 @@ def test_table_reports_the_loss_check_and_the_fp8_gap(tmp_path):
             "te_gmm": result([10.0, 9.001, 8.5005, 8.3]),
             "te_gmm_fp8": result([10.0, 9.05, 8.56, 8.33]),
             "tokamax": result([10.0, 9.0, 8.5, 8.3, 8.2, 8.1]),  # 6 steps: another learning-rate schedule
+            "te_gmm_fp8_dense": result([10.0, 9.1, 8.6, 8.4, 8.3, 8.2]),  # no twin of its length: no gap line
         },
     }
     text = run_presets.table(results)
     assert "| te_gmm |" in text and "ok (max diff 1.0e-03)" in text
     assert "**diverges** at step 1" in text  # the FP8 row leaves the bf16 reference, on purpose
     assert "n/a (6 steps vs 4: another learning-rate schedule)" in text
+    assert "`te_gmm_fp8_dense` vs" not in text
     gap = next(line for line in text.splitlines() if line.startswith("- `te_gmm_fp8`"))
     assert "over 4 steps" in gap and "final loss 8.3300 vs 8.3000 (+0.0300, +0.36%)" in gap
     assert "max |gap| 0.0595 (step 3)" in gap
     # --append: a later call adds its presets to the same presets.json
     (tmp_path / "presets.json").write_text(json.dumps(results))
     merged = run_presets.merged([tmp_path / "presets.json"])
-    assert set(merged["presets"]) == {"dense", "te_gmm", "te_gmm_fp8", "tokamax"}
+    assert set(merged["presets"]) == {"dense", "te_gmm", "te_gmm_fp8", "tokamax", "te_gmm_fp8_dense"}
