@@ -283,8 +283,8 @@ def test_a_failed_task_ends_the_step_and_the_job(slurm, tmp_path):
     run = folder / "outputs" / "smoke" / f"slurm-{job}"
     failed = json.loads((run / LAUNCHERS / "1" / "manifest.json").read_text())
     assert failed["status"] == "failed" and failed["failure"]["class"] == "killed", failed
-    stopped = json.loads((run / "manifest.json").read_text())  # task 0, stopped by Slurm
-    assert stopped["status"] == "failed" and "SIGTERM" in stopped["failure"]["evidence"], stopped
+    stopped = json.loads((run / "manifest.json").read_text())  # task 0, stopped by Slurm: told to stop from outside
+    assert stopped["status"] == "preempted" and "SIGTERM" in stopped["failure"]["evidence"], stopped
 
 
 @pytest.mark.integration
@@ -304,3 +304,54 @@ def test_gpu_scripts_pass_sbatch_test_only(slurm, tmp_path):
         assert test.returncode == 0 and "to start at" in test.stderr, (name, test.stderr)
     more = slurm.run("sbatch", "--test-only", "--gpus-per-node=9", str(tmp_path / "gpu8.sbatch"), check=False)
     assert more.returncode != 0 and "not available" in more.stderr
+
+
+@pytest.mark.integration
+def test_a_requeued_job_resumes_from_its_preemption_checkpoint(slurm, tmp_path):
+    """`scontrol requeue` of a running job: Slurm sends SIGTERM to the step's processes, the worker saves at
+    the next step and stops (within Slurm's KillWait), the job goes back to the queue with the same id, runs
+    again and resumes from that checkpoint in the same run directory, losing at most one step."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    script = folder / "job.sbatch"
+    steps = 16
+    proc = moekit(
+        "render", "experiment=smoke", "target=slurm", "cluster.container=none", "cluster.nodes=1",
+        "precision=fp32", f"train.steps={steps}", "checkpoint.every=1000", f"cluster.coordinator_port={free_port()}",
+        "-o", str(script),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job = slurm.sbatch(script, cwd=folder, env={"PATH": f"{BIN}:{os.environ['PATH']}"})
+    run = folder / "outputs" / "smoke" / f"slurm-{job}"
+    deadline = time.monotonic() + 300
+    while max(_steps(run / "metrics.jsonl"), default=-1) < 4:
+        assert time.monotonic() < deadline and slurm.job(job)["JobState"] in ("PENDING", "RUNNING"), slurm.logs()
+        time.sleep(0.2)
+    seen = max(_steps(run / "metrics.jsonl"))
+    slurm.run("scontrol", "requeue", job)
+    requeued = time.monotonic()
+    while slurm.job(job).get("Restarts", "0") == "0" or slurm.job(job)["JobState"] == "RUNNING":
+        assert time.monotonic() - requeued < 120, slurm.job(job)
+        time.sleep(0.5)
+    if slurm.job(job)["JobState"] == "PENDING":  # a requeued job waits for its begin time; let it start now
+        slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+    info = slurm.wait(job, 400)
+    out = (folder / f"smoke-{job}.out").read_text(errors="replace")
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), out[-4000:] + slurm.logs()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [a["status"] for a in manifest["attempts"]] == ["preempted", "ok"], manifest
+    record = manifest["attempts"][0]["preemption"]
+    print(f"\nslurm requeue: signal after step {seen}; {record}")
+    assert record["checkpoint_saved"] and record["steps_lost"] <= 1, record
+    assert manifest["resumed_from_checkpoint"] == record["checkpoint_step"]
+    assert _steps(run / "metrics.jsonl") == list(range(steps))
+
+
+def _steps(path: Path) -> list[int]:
+    out = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            out.append(int(json.loads(line)["step"]))
+        except (ValueError, KeyError):
+            continue
+    return out
