@@ -344,7 +344,8 @@ def test_a_requeued_job_resumes_from_its_preemption_checkpoint(slurm, tmp_path):
     print(f"\nslurm requeue: signal after step {seen}; {record}")
     assert record["checkpoint_saved"] and record["steps_lost"] <= 1, record
     assert manifest["resumed_from_checkpoint"] == record["checkpoint_step"]
-    assert _steps(run / "metrics.jsonl") == list(range(steps))
+    merged = _steps(run / "metrics.jsonl")  # the step saved at has no metrics (test_preemption.py says why)
+    assert len(merged) == len(set(merged)) and set(range(steps)) - set(merged) <= {record["checkpoint_step"]}
 
 
 def _steps(path: Path) -> list[int]:

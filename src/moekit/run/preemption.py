@@ -74,7 +74,7 @@ class Stop:
     signal_to_exit_s: float | None
     """None when the workers got the signal from elsewhere (moekit saw only MaxText's stop line)."""
     last_step: int | None
-    """The last step this attempt finished (its metrics)."""
+    """The last step this attempt finished (its metrics, or the checkpoint it saved when that is later)."""
     checkpoint_step: int | None
     """The newest committed checkpoint after the attempt (the next attempt resumes after it)."""
     saved: bool
@@ -128,6 +128,10 @@ def stop(
     output; a scheduler may signal the workers directly). `before`/`after`: the newest checkpoint step when
     the attempt started and when it ended."""
     saved = after is not None and after != before
+    if saved and (last_step is None or last_step < after):
+        # MaxText writes a step's metrics once the next step has run: the step it saved at and stopped after
+        # has none, but it was trained (the checkpoint holds it).
+        last_step = after
     if notice.signum is not None and notice.at is not None:
         took = max(0.0, (ended_at or notice.at) - notice.at)
         return Stop(f"moekit received {signal.Signals(notice.signum).name}", took, last_step, after, saved)
