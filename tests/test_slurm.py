@@ -314,15 +314,17 @@ def test_a_requeued_job_resumes_from_its_preemption_checkpoint(slurm, tmp_path):
     folder = tmp_path / "job"
     folder.mkdir()
     script = folder / "job.sbatch"
+    shared = tmp_path / "shared"  # a path every node sees (one node here)
+    shared.mkdir()
     steps = 16
     proc = moekit(
         "render", "experiment=smoke", "target=slurm", "cluster.container=none", "cluster.nodes=1",
         "precision=fp32", f"train.steps={steps}", "checkpoint.every=1000", f"cluster.coordinator_port={free_port()}",
-        "-o", str(script),
+        f"cluster.volumes=[{{name: runs, path: {shared}}}]", "cluster.output=runs", "-o", str(script),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     job = slurm.sbatch(script, cwd=folder, env={"PATH": f"{BIN}:{os.environ['PATH']}"})
-    run = folder / "outputs" / "smoke" / f"slurm-{job}"
+    run = shared / "smoke"  # <volume path>/<cluster.name or experiment>: the same for the requeued job
     deadline = time.monotonic() + 300
     while max(_steps(run / "metrics.jsonl"), default=-1) < 4:
         assert time.monotonic() < deadline and slurm.job(job)["JobState"] in ("PENDING", "RUNNING"), slurm.logs()
