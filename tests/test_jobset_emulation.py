@@ -558,6 +558,8 @@ def test_a_preempted_pod_saves_and_the_jobset_restarts_for_free(tmp_path):
         assert attempt["status"] == "preempted" and attempt["preemption"]["checkpoint_saved"], attempt
         assert attempt["preemption"]["steps_lost"] <= 1, attempt
     assert first[1]["preemption"]["signal"] == "moekit received SIGTERM"
+    # Pod 0's worker stopped with pod 1's (JAX's preemption service) before its own SIGTERM came.
+    assert first[0]["preemption"]["signal"] in ("moekit received SIGTERM", "the workers got a preemption notice")
     assert out.grace_used_s[0] < 120
     manifest0 = json.loads((run / "manifest.json").read_text())
     step = first[0]["preemption"]["checkpoint_step"]

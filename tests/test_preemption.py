@@ -51,7 +51,11 @@ def test_watchdog_counts_from_the_last_step():
 def test_a_stop_record_counts_the_steps_lost():
     notice = preemption.Notice()
     assert preemption.stop(notice, 5.0, 7, None, None) is None
-    assert preemption.stop(notice, 5.0, 7, None, 7, [f"... {preemption.STOPPED} (SIGTERM)."]).signal_to_exit_s is None
+    by_peer = preemption.stop(notice, 5.0, 7, None, 7, [f"... {preemption.STOPPED} (SIGTERM)."])
+    assert by_peer.signal == "the workers got a preemption notice" and by_peer.signal_to_exit_s is None
+    notice.signum, notice.at = signal.SIGTERM, 6.0  # came after the workers had ended
+    assert preemption.stop(notice, 5.0, 7, None, 7, [preemption.STOPPED]).signal_to_exit_s is None
+    notice = preemption.Notice()
     notice.signum, notice.at = signal.SIGTERM, 100.0
     rec = preemption.stop(notice, 104.5, last_step=8, before=0, after=8)
     assert rec.to_dict() == {

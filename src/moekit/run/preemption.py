@@ -132,11 +132,16 @@ def stop(
         # MaxText writes a step's metrics once the next step has run: the step it saved at and stopped after
         # has none, but it was trained (the checkpoint holds it).
         last_step = after
-    if notice.signum is not None and notice.at is not None:
-        took = max(0.0, (ended_at or notice.at) - notice.at)
+    told = notice.signum is not None and notice.at is not None
+    if told and (ended_at is None or notice.at <= ended_at):
+        took = (ended_at or notice.at) - notice.at
         return Stop(f"moekit received {signal.Signals(notice.signum).name}", took, last_step, after, saved)
     if any(STOPPED in line for line in log):
-        return Stop("the workers received SIGTERM", None, last_step, after, saved)
+        # Signalled directly, or by a peer's notice through JAX's preemption service (the workers had ended
+        # before any signal reached moekit).
+        return Stop("the workers got a preemption notice", None, last_step, after, saved)
+    if told:
+        return Stop(f"moekit received {signal.Signals(notice.signum).name}", 0.0, last_step, after, saved)
     return None
 
 
