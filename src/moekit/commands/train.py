@@ -256,7 +256,7 @@ def _run(
     phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
     failure: failures.Failure | None = None
     stacks = [run / jobmod.per_process(watchdog.STACKS, int(p.get(rz.PROCESS_ID, 0))) for p in procs]
-    with preemption.Notice() as notice:
+    with preemption.Notice(saves=cfg.checkpoint.every > 0) as notice:
         outcome = launch.run(
             specs,
             on_line,

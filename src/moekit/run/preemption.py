@@ -31,7 +31,9 @@ STOPPED = "Training stopped: Job received termination signal"
 class Notice:
     """The stop request moekit received: set from a signal handler, read by the supervising loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, saves: bool = True) -> None:
+        self.saves = saves
+        """Whether the run checkpoints (what the workers do with the signal)."""
         self.signum: int | None = None
         self.at: float | None = None
         """time.monotonic() of the first signal."""
@@ -42,11 +44,9 @@ class Notice:
     def _handle(self, signum: int, _frame: object) -> None:
         if self.signum is None:
             self.signum, self.at = signum, time.monotonic()
-            print(
-                f"\nmoekit: got {signal.Signals(signum).name}: the workers save a checkpoint at the next step and stop"
-                + (" (Ctrl-C again to stop them now)" if signum == signal.SIGINT else ""),
-                flush=True,
-            )
+            what = "save a checkpoint at the next step and stop" if self.saves else "stop (no checkpoints to save)"
+            again = " (Ctrl-C again to stop them now)" if signum == signal.SIGINT and self.saves else ""
+            print(f"\nmoekit: got {signal.Signals(signum).name}: the workers {what}{again}", flush=True)
         elif signum == signal.SIGINT:
             self.hard = True
 
