@@ -11,7 +11,10 @@ pods and restarts, as a ReadWriteMany volume is); the container's own filesystem
 per pod, so mount paths there need no folder on this machine. The image
 is stood in for by this checkout's virtual environment (`moekit` on PATH) and its entrypoint script (the
 Dockerfile's ENTRYPOINT, which runs when a container gives args and no command). A failed pod fails its Job
-(backoffLimit: 0) and the JobSet then stops every other pod (failurePolicy), as the controller does.
+(backoffLimit: 0) and the JobSet then stops every other pod (failurePolicy), as the controller does. A
+preempted (evicted) pod is deleted as the kubelet deletes one: SIGTERM to the container's PID 1, SIGKILL after
+the pod's terminationGracePeriodSeconds; its DisruptionTarget condition fails its Job through the
+podFailurePolicy, and the JobSet restarts the group under its failurePolicy rule for that reason.
 """
 
 from __future__ import annotations
@@ -228,10 +231,54 @@ class Outcome:
     jobset: str  # Completed | Failed | TimedOut
     seconds: float
     restarts: int = 0
+    counted: int = 0
+    """Restarts that spent failurePolicy.maxRestarts (a rule may restart without spending one)."""
+    grace_used_s: list[float] = field(default_factory=list)
+    """Per eviction: seconds from SIGTERM to the evicted pod's exit."""
 
 
 Lose = Callable[[int, float], bool]
 """(restart attempt, seconds since the attempt started) -> whether the pod's node is lost now."""
+
+
+def container_pid1(pod_proc: subprocess.Popen) -> int:
+    """The container's PID 1 (what the kubelet signals): the child that `unshare --fork` made."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        children = Path(f"/proc/{pod_proc.pid}/task/{pod_proc.pid}/children").read_text().split()
+        if children:
+            return int(children[0])
+        time.sleep(0.05)
+    raise AssertionError("the pod has no container process")
+
+
+def delete_pod(pod_proc: subprocess.Popen, grace_s: float) -> float:
+    """Delete a pod the way the kubelet does: SIGTERM to PID 1, SIGKILL after the grace period. Returns the
+    seconds it took to exit."""
+    begun = time.monotonic()
+    if pod_proc.poll() is None:
+        os.kill(container_pid1(pod_proc), signal.SIGTERM)
+        try:
+            pod_proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(pod_proc.pid, signal.SIGKILL)
+            pod_proc.wait()
+    return time.monotonic() - begun
+
+
+def _restarts_free(manifest: dict, reason: str) -> bool:
+    """Whether the JobSet's failurePolicy restarts a Job that failed for `reason` without spending maxRestarts."""
+    rules = manifest["spec"]["failurePolicy"].get("rules", [])
+    return any(r["action"] == "RestartJobSetAndIgnoreMaxRestarts" and reason in r["onJobFailureReasons"] for r in rules)
+
+
+def _fails_job_on_disruption(manifest: dict) -> bool:
+    """Whether a pod with the DisruptionTarget condition fails its Job (podFailurePolicy FailJob)."""
+    job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
+    return any(
+        r["action"] == "FailJob" and {"type": "DisruptionTarget", "status": "True"} in r.get("onPodConditions", [])
+        for r in job.get("podFailurePolicy", {}).get("rules", [])
+    )
 
 
 def run_jobset(
@@ -241,6 +288,7 @@ def run_jobset(
     lose: dict[int, Lose] | None = None,
     controller: bool = True,
     claims: dict[str, Path] | None = None,
+    evict: dict[int, Lose] | None = None,
 ) -> Outcome:
     """Run the JobSet; pods of attempt N live in workdir/attempt<N>/<hostname>.
 
@@ -249,18 +297,32 @@ def run_jobset(
     JobSet has Failed. Without `controller`, survivors are left alone: they must end by themselves.
     lose: pod index -> when that pod's node is lost (its processes killed).
     claims: PersistentVolumeClaim name -> host folder of its volume (kept across restarts).
+    evict: pod index -> when that pod is preempted (deleted gracefully, with the DisruptionTarget condition).
     """
     max_restarts = manifest["spec"]["failurePolicy"]["maxRestarts"] if controller else 0
-    start, restarts = time.monotonic(), 0
+    grace = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].get(
+        "terminationGracePeriodSeconds",
+        30,  # the Kubernetes default
+    )
+    start, restarts, counted, used = time.monotonic(), 0, 0, []
     with Network() as net:
         while True:
             pods = materialize(manifest, restarts)
             folder = workdir / f"attempt{restarts}"
-            codes, state = _attempt(net, pods, folder, start + timeout_s, lose or {}, controller, restarts, claims)
-            if state != "Failed" or restarts >= max_restarts:
+            codes, state = _attempt(
+                net, pods, folder, start + timeout_s, lose or {}, controller, restarts, claims, evict or {}, grace, used
+            )
+            if state == "Evicted":
+                # The evicted pod's Job failed through its podFailurePolicy (reason PodFailurePolicy).
+                free = _fails_job_on_disruption(manifest) and _restarts_free(manifest, "PodFailurePolicy")
+                state = "Failed"
+            else:
+                free = False
+            if state != "Failed" or (not free and counted >= max_restarts):
                 break
             restarts += 1
-    return Outcome(codes, state, time.monotonic() - start, restarts)
+            counted += 0 if free else 1
+    return Outcome(codes, state, time.monotonic() - start, restarts, counted, used)
 
 
 def _attempt(
@@ -272,6 +334,9 @@ def _attempt(
     controller: bool,
     restarts: int,
     claims: dict[str, Path] | None,
+    evict: dict[int, Lose] | None = None,
+    grace_s: float = 30,
+    grace_used: list[float] | None = None,
 ) -> tuple[list[int | None], str]:
     begun = time.monotonic()
     procs = [net.start(p, folder / p.hostname, [q.fqdn for q in pods], claims or {}) for p in pods]
@@ -281,6 +346,17 @@ def _attempt(
         for i, when in lose.items():
             if procs[i].poll() is None and when(restarts, time.monotonic() - begun):
                 os.killpg(procs[i].pid, signal.SIGKILL)
+        for i, when in (evict or {}).items():
+            if procs[i].poll() is None and when(restarts, time.monotonic() - begun):
+                took = delete_pod(procs[i], grace_s)
+                (grace_used if grace_used is not None else []).append(took)
+                # The JobSet restart deletes every other pod of the group, gracefully too.
+                for j, other in enumerate(procs):
+                    if j != i:
+                        delete_pod(other, grace_s)
+                state = "Evicted"
+        if state == "Evicted":
+            break
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
             state = "Completed" if all(c == 0 for c in codes) else "Failed"
@@ -430,3 +506,63 @@ def test_a_lost_pod_ends_the_group(tmp_path):
     assert "training failed: rendezvous timeout" in log0 and "troubleshooting.md#rendezvous-timeout" in log0
     (manifest0,) = (tmp_path / "alone" / "attempt0" / "smoke-workers-0-0").glob("outputs/*/*/manifest.json")
     assert json.loads(manifest0.read_text())["failure"]["class"] == "rendezvous_timeout"
+
+
+def test_a_preempted_pod_saves_and_the_jobset_restarts_for_free(tmp_path):
+    """Pod 1 is preempted after step 4: SIGTERM to its PID 1 (moekit), which passes it on; JAX's preemption
+    service has both processes save at the next step and stop. Its Job fails through the DisruptionTarget
+    rule, the JobSet restarts the group without spending maxRestarts (0 here), and the pods resume from the
+    preemption checkpoint: at most one step is lost."""
+    _needs_namespaces()
+    text, _, _ = render_cmd.render(
+        [
+            "experiment=smoke",
+            "target=jobset",
+            "cluster.nodes=2",
+            "cluster.gpus_per_node=1",
+            "cluster.max_restarts=0",
+            "train.steps=16",
+            "checkpoint.every=1000",  # past the run: the only checkpoint after step 0 is the preemption's
+            "cluster.signal_grace_s=120",
+            "cluster.volumes=[{name: runs, path: /mnt/moekit-runs, claim: moekit-runs}]",
+            "cluster.output=runs",
+        ]
+    )
+    manifest = yaml.safe_load(text)
+    pod_spec = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod_spec["terminationGracePeriodSeconds"] == 120
+    claim = tmp_path / "pvc"
+    claim.mkdir()
+    run = claim / "smoke"
+    seen: list[int] = []
+
+    def after_step_4(attempt: int, seconds: float) -> bool:
+        steps = _steps_partial(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []
+        if attempt == 0 and max(steps, default=-1) >= 4:
+            seen.append(max(steps))
+            return True
+        return False
+
+    out = run_jobset(manifest, tmp_path / "job", 900, claims={"moekit-runs": claim}, evict={1: after_step_4})
+    logs = [tmp_path / "job" / f"attempt{out.restarts}" / f"smoke-workers-0-{i}" / "pod.log" for i in (0, 1)]
+    assert out.jobset == "Completed" and out.restarts == 1 and out.counted == 0, (
+        out.codes,
+        [log.read_text()[-3000:] for log in logs],
+    )
+    first = [
+        json.loads((records / "manifest.json").read_text())["attempts"][0] for records in (run, run / "launchers" / "1")
+    ]
+    print(f"\njobset preemption: signal after step {seen[0]}; pod 1 exited {out.grace_used_s[0]:.1f} s after SIGTERM")
+    for attempt in first:
+        print(f"  {attempt['preemption']}")
+        assert attempt["status"] == "preempted" and attempt["preemption"]["checkpoint_saved"], attempt
+        assert attempt["preemption"]["steps_lost"] <= 1, attempt
+    assert first[1]["preemption"]["signal"] == "moekit received SIGTERM"
+    # Pod 0's worker stopped with pod 1's (JAX's preemption service) before its own SIGTERM came.
+    assert first[0]["preemption"]["signal"] in ("moekit received SIGTERM", "the workers got a preemption notice")
+    assert out.grace_used_s[0] < 120
+    manifest0 = json.loads((run / "manifest.json").read_text())
+    step = first[0]["preemption"]["checkpoint_step"]
+    assert manifest0["status"] == "ok" and manifest0["resumed_from_checkpoint"] == step
+    merged = _steps_partial(run / "metrics.jsonl")  # the step saved at has no metrics (test_preemption.py says why)
+    assert len(merged) == len(set(merged)) and set(range(16)) - set(merged) <= {step}, merged

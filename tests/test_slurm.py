@@ -283,8 +283,8 @@ def test_a_failed_task_ends_the_step_and_the_job(slurm, tmp_path):
     run = folder / "outputs" / "smoke" / f"slurm-{job}"
     failed = json.loads((run / LAUNCHERS / "1" / "manifest.json").read_text())
     assert failed["status"] == "failed" and failed["failure"]["class"] == "killed", failed
-    stopped = json.loads((run / "manifest.json").read_text())  # task 0, stopped by Slurm
-    assert stopped["status"] == "failed" and "SIGTERM" in stopped["failure"]["evidence"], stopped
+    stopped = json.loads((run / "manifest.json").read_text())  # task 0, stopped by Slurm: told to stop from outside
+    assert stopped["status"] == "preempted" and "SIGTERM" in stopped["failure"]["evidence"], stopped
 
 
 @pytest.mark.integration
@@ -304,3 +304,61 @@ def test_gpu_scripts_pass_sbatch_test_only(slurm, tmp_path):
         assert test.returncode == 0 and "to start at" in test.stderr, (name, test.stderr)
     more = slurm.run("sbatch", "--test-only", "--gpus-per-node=9", str(tmp_path / "gpu8.sbatch"), check=False)
     assert more.returncode != 0 and "not available" in more.stderr
+
+
+@pytest.mark.integration
+def test_a_requeued_job_resumes_from_its_preemption_checkpoint(slurm, tmp_path):
+    """`scancel --signal=TERM` of a running job (the signal a time limit or a preemption gives the tasks): the
+    worker saves at the next step and stops, the job ends FAILED with exit status 143; `scontrol requeue`
+    puts it back in the queue with the same id, and it resumes from that checkpoint in the same run directory,
+    losing at most one step. (A `scontrol requeue` of the running job signals the same way, then SIGKILLs
+    after KillWait, 30 s: shorter than a step plus a save on this loaded 2-core machine.)"""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    script = folder / "job.sbatch"
+    shared = tmp_path / "shared"  # a path every node sees (one node here)
+    shared.mkdir()
+    steps = 10
+    proc = moekit(
+        "render", "experiment=smoke", "target=slurm", "cluster.container=none", "cluster.nodes=1",
+        "precision=fp32", f"train.steps={steps}", "checkpoint.every=1000", f"cluster.coordinator_port={free_port()}",
+        f"cluster.volumes=[{{name: runs, path: {shared}}}]", "cluster.output=runs", "-o", str(script),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    job = slurm.sbatch(script, cwd=folder, env={"PATH": f"{BIN}:{os.environ['PATH']}"})
+    run = shared / "smoke"  # <volume path>/<cluster.name or experiment>: the same for the requeued job
+    deadline = time.monotonic() + 300
+    while max(_steps(run / "metrics.jsonl"), default=-1) < 3:
+        assert time.monotonic() < deadline and slurm.job(job)["JobState"] in ("PENDING", "RUNNING"), slurm.logs()
+        time.sleep(0.2)
+    seen = max(_steps(run / "metrics.jsonl"))
+    slurm.run("scancel", "--signal=TERM", job)  # what the time-limit signal becomes in the script's trap
+    signalled = time.monotonic()
+    stopped = slurm.wait(job, 300)
+    exit_s = time.monotonic() - signalled
+    assert (stopped["JobState"], stopped["ExitCode"]) == ("FAILED", "143:0"), stopped
+    slurm.run("scontrol", "requeue", job)  # as PreemptMode=REQUEUE or a requeue by hand: same id, same run.dir
+    time.sleep(1)
+    if slurm.job(job)["JobState"] == "PENDING":  # a requeued job waits for its begin time; let it start now
+        slurm.run("scontrol", "update", f"JobId={job}", "StartTime=now", check=False)
+    info = slurm.wait(job, 400)
+    out = (folder / f"smoke-{job}.out").read_text(errors="replace")
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), out[-4000:] + slurm.logs()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [a["status"] for a in manifest["attempts"]] == ["preempted", "ok"], manifest
+    record = manifest["attempts"][0]["preemption"]
+    print(f"\nslurm: SIGTERM after step {seen}; {record}; the job ended {exit_s:.1f} s after scancel")
+    assert record["checkpoint_saved"] and record["steps_lost"] <= 1, record
+    assert manifest["resumed_from_checkpoint"] == record["checkpoint_step"]
+    merged = _steps(run / "metrics.jsonl")  # the step saved at has no metrics (test_preemption.py says why)
+    assert len(merged) == len(set(merged)) and set(range(steps)) - set(merged) <= {record["checkpoint_step"]}
+
+
+def _steps(path: Path) -> list[int]:
+    out = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            out.append(int(json.loads(line)["step"]))
+        except (ValueError, KeyError):
+            continue
+    return out

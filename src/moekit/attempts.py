@@ -25,9 +25,10 @@ from moekit.errors import MoekitError
 ATTEMPTS = "attempts"
 LOCK = ".moekit.lock"
 # Top-level outputs of one attempt (per process: metrics.1.jsonl, maxtext.1.log, ...).
-ATTEMPT_FILES = ("metrics*.jsonl", "maxtext*.log")
+ATTEMPT_FILES = ("metrics*.jsonl", "maxtext*.log", "stacks*.txt")
 # Keys that may differ between attempts of one run.
-MAY_DIFFER = ("run.base_dir", "run.dir")  # a moved run directory resumes too
+# A moved run directory resumes too; the coordinator port may be held by something else when the run is relaunched.
+MAY_DIFFER = ("run.base_dir", "run.dir", "cluster.coordinator_port")
 
 
 class RunDirError(MoekitError):

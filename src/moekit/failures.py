@@ -100,7 +100,11 @@ CLASSES = (
 )
 KILLED = FailureClass("killed", "killed by a signal", ())
 OTHER = FailureClass("error", "error in the training program", ())
-ALL = (*CLASSES, KILLED, OTHER)
+# Set by moekit itself, not read from a log: the run was asked to stop (run/preemption.py), or no step finished
+# within run.stall_timeout_s (run/watchdog.py).
+PREEMPTED = FailureClass("preempted", "preempted", ())
+HANG = FailureClass("hang", "hang", ())
+ALL = (*CLASSES, KILLED, PREEMPTED, HANG, OTHER)
 
 # Written by moekit.worker around jax.distributed.initialize.
 JOINING = "moekit: joining rendezvous"

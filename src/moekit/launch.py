@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moekit.run import preemption, watchdog
+
 
 @dataclass(frozen=True, slots=True)
 class ProcessSpec:
@@ -41,6 +43,12 @@ class Outcome:
     """Per process: why its log could not be written in full (None: it was)."""
     unlogged: list[list[str]] = field(default_factory=list)
     """Per process: the last lines that did not reach its log (kept in memory instead)."""
+    ended_at: float | None = None
+    """time.monotonic() when the last process had exited."""
+    hang: str | None = None
+    """Why the watchdog stopped the group (None: it did not)."""
+    stacks: list[str] = field(default_factory=list)
+    """Files the processes wrote their Python stacks to before a watchdog stop."""
 
 
 KEEP_UNLOGGED = 200
@@ -102,11 +110,18 @@ def run(
     grace_s: float = 10.0,
     scrub: Callable[[str], str] | None = None,
     full_disk_grace_s: float = 30.0,
+    notice: preemption.Notice | None = None,
+    stop_grace_s: float = 300.0,
+    watch: watchdog.Watchdog | None = None,
+    stack_files: Sequence[Path] = (),
 ) -> Outcome:
     """Run every process to completion; stop the group as soon as one fails, or `full_disk_grace_s` after a log
     could not be written for lack of space (that process then counts as the failed one).
 
     `scrub` rewrites each output line before it reaches a log or `on_line` (secrets never land on disk).
+    Once `notice` holds a stop request, every process gets SIGTERM and `stop_grace_s` to save and exit (then
+    SIGKILL). When `watch` finds the steps stalled, the processes write their stacks to `stack_files` and
+    are killed.
     """
     start = time.monotonic()
     procs: list[subprocess.Popen] = []
@@ -129,12 +144,31 @@ def run(
             pumps.append(pump)
             threads.append(t)
         failed: int | None = None
+        forwarded: float | None = None
+        hang: str | None = None
+        stacks: list[Path] = []
         while True:
             codes = [p.poll() for p in procs]
+            if notice is not None and notice.signum is not None and hang is None:
+                if forwarded is None:
+                    forwarded = time.monotonic()
+                    for p in procs:
+                        if p.poll() is None:
+                            _signal(p, signal.SIGTERM)
+                elif notice.hard or time.monotonic() - forwarded > stop_grace_s:
+                    for p in procs:
+                        _signal(p, signal.SIGKILL)
+            if watch is not None and forwarded is None and failed is None and hang is None:
+                hang = watch.stalled()
+                if hang is not None:
+                    stacks = watchdog.dump_stacks([p.pid for p in procs if p.poll() is None], stack_files)
+                    for p in procs:  # not SIGTERM: that would start a preemption save inside the stuck collective
+                        _signal(p, signal.SIGKILL)
             bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
             if bad and failed is None:
                 failed = bad[0]
-                _stop(procs, grace_s)
+                if forwarded is None:  # while stopping, the others still get their grace to save
+                    _stop(procs, grace_s)
             full = [i for i, p in enumerate(pumps) if p.disk_full_at is not None and codes[i] is None]
             if full and failed is None and time.monotonic() - pumps[full[0]].disk_full_at > full_disk_grace_s:
                 failed = full[0]
@@ -148,12 +182,17 @@ def run(
     finally:
         for t in threads:
             t.join(timeout=5)
+    ended = time.monotonic()
+    watchdog.remove_unused(stack_files)
     return Outcome(
         [p.returncode for p in procs],
         failed,
-        time.monotonic() - start,
+        ended - start,
         [p.error for p in pumps],
         [list(p.unlogged) for p in pumps],
+        ended,
+        hang,
+        [str(f) for f in stacks],
     )
 
 

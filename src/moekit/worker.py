@@ -8,11 +8,13 @@ Usage: python -m moekit.worker <module> key=value ...
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import importlib.util
 import json
 import os
 import runpy
 import signal
+import socket
 import sys
 from collections.abc import Collection, Sequence
 
@@ -29,6 +31,8 @@ LAUNCHER_PID = "MOEKIT_LAUNCHER_PID"  # set by `moekit train` for the processes 
 # MaxText arguments with secret values (JSON list of key=value), kept off the command line: every user of the
 # host can read a process's argv (ps, /proc/PID/cmdline), while its environment is readable by its owner only.
 SECRET_ARGS = "MOEKIT_SECRET_ARGS"
+PREEMPTIBLE = "MOEKIT_PREEMPTIBLE"  # "1": the run checkpoints, so SIGTERM saves at the next step boundary
+STACKS = "MOEKIT_STACKS"  # file that SIGUSR1 dumps this process's Python stacks to
 # Secret MaxText keys that MaxText itself reads from a variable (pyconfig: hf_access_token from HF_TOKEN).
 MAXTEXT_READS_FROM_ENV = {"hf_access_token": "HF_TOKEN"}
 
@@ -67,9 +71,23 @@ def die_with_parent(environ: dict[str, str]) -> None:
 
 
 def join(environ: dict[str, str]) -> None:
+    """Join the job's rendezvous; a lone process whose run saves on preemption joins a job of one on loopback.
+
+    JAX's preemption notice (SIGTERM -> a checkpoint at the next step boundary) lives in the coordination
+    service, so it needs jax.distributed even for one process. Without checkpoints there is nothing to save:
+    the service stays off and SIGTERM ends the process at once.
+    """
+    preemptible = environ.get(PREEMPTIBLE) == "1"
     if rz.NUM_PROCESSES not in environ:
+        if preemptible:
+            import jax
+
+            jax.distributed.initialize(coordinator_address=f"127.0.0.1:{_free_port()}", num_processes=1, process_id=0)
         return
     import jax
+
+    if not preemptible:
+        jax.config.update("jax_enable_preemption_service", False)
 
     ids = environ.get(rz.LOCAL_DEVICES)
     timeout = int(environ.get(rz.TIMEOUT, "300"))
@@ -94,6 +112,27 @@ def join(environ: dict[str, str]) -> None:
 
         multihost_utils.sync_global_devices("moekit rendezvous")
     print(JOINED, flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_stack_file = None  # kept open for the life of the process: faulthandler writes to its descriptor
+
+
+def dump_stacks_on_request(environ: dict[str, str]) -> None:
+    """SIGUSR1 writes every thread's Python stack to the file moekit named (the hang watchdog asks for it).
+
+    faulthandler writes from the signal handler itself, so a process blocked in a collective answers too."""
+    global _stack_file
+    path = environ.get(STACKS)
+    if not path:
+        return
+    _stack_file = open(path, "a", encoding="utf8")  # noqa: SIM115 (must outlive this function)
+    faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
 
 
 def keep_secrets_out_of_tensorboard() -> None:
@@ -162,6 +201,7 @@ def main() -> None:
         raise SystemExit("usage: python -m moekit.worker <module> key=value ...")
     module = sys.argv[1]
     die_with_parent(dict(os.environ))
+    dump_stacks_on_request(dict(os.environ))
     trace_per_process(dict(os.environ))
     join(dict(os.environ))
     os.environ.update(point_maxtext_at_its_assets(dict(os.environ)))  # before anything imports maxtext

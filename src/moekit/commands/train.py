@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ from moekit.config.checks import CHECKS, ensure_valid, format_warnings, warnings
 from moekit.config.compose import compose
 from moekit.config.schema import Config
 from moekit.observe import metrics, profile, progress, summary
-from moekit.run import checkpoints, preflight
+from moekit.run import checkpoints, preemption, preflight, watchdog
 from moekit.translate import job as jobmod
 from moekit.translate.env import EnvVar
 from moekit.translate.maxtext_args import Arg
@@ -54,14 +53,6 @@ def run(args: argparse.Namespace) -> int:
 
 # Inherited variables that change how a run behaves, recorded (redacted) in job.json for reproduction.
 RECORDED_ENV_PREFIXES = ("JAX_", "XLA_", "NCCL_", "NVTE_", "TF_", "CUDA_", "HF_", "MOEKIT_", "LIBTPU_")
-
-
-class Interrupted(BaseException):
-    """moekit itself got SIGTERM (pod eviction, scancel) or SIGINT: stop the processes, record, exit."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def secret_names(cfg: Config) -> list[str]:
@@ -245,37 +236,48 @@ def _run(
         log = run / jobmod.per_process(rundir.LOG, pid)
         argv, secret_env = worker.hide_secrets(job.argv(pid), secret_keys)
         env = environ | job.env_dict | penv | secret_env | {worker.LAUNCHER_PID: str(os.getpid())}
+        env |= {worker.STACKS: str(run / jobmod.per_process(watchdog.STACKS, pid))}
+        env |= {worker.PREEMPTIBLE: "1"} if cfg.checkpoint.every else {}
         specs.append(launch.ProcessSpec(argv, env, log))
 
     started = time.monotonic()
     tty = sys.stdout.isatty()
+    watch = watchdog.Watchdog(cfg.run.stall_timeout_s, started)
 
     def on_line(line: str) -> None:
         for p in progress.parse_phase(line):
             phase(p)
         s = progress.parse(line)
         if s is not None:
+            watch.step_done()
             text = progress.format_progress(s, cfg.train.steps, time.monotonic() - started)
             print(("\r" + text) if tty else text, end="" if tty else "\n", flush=True)
 
     phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
     failure: failures.Failure | None = None
-    interrupted: Interrupted | None = None
-    with _signals_interrupt():
-        try:
-            outcome = launch.run(specs, on_line, scrub=scrub if scrub else None)
-        except Interrupted as exc:
-            interrupted = exc
-            outcome = launch.Outcome([], None, time.monotonic() - started)
+    stacks = [run / jobmod.per_process(watchdog.STACKS, int(p.get(rz.PROCESS_ID, 0))) for p in procs]
+    with preemption.Notice(saves=cfg.checkpoint.every > 0) as notice:
+        outcome = launch.run(
+            specs,
+            on_line,
+            scrub=scrub if scrub else None,
+            notice=notice,
+            stop_grace_s=cfg.cluster.signal_grace_s,
+            watch=watch,
+            stack_files=stacks,
+        )
     if tty:
         print()
 
     unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
     _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
-    if interrupted is not None:
-        failure = failures.Failure(
-            failures.KILLED.name, failures.KILLED.title, 128 + interrupted.signum, f"moekit received {interrupted}"
-        )
+    last, saved = preemption.last_step(metrics_path), attempts.latest_checkpoint(root, cfg.run_name)
+    with _log_lines(specs[0].log, outcome, 0) as lines:
+        stopped = preemption.stop(notice, outcome.ended_at, last, resume_step, saved, lines)
+    if stopped is not None:
+        failure = stopped.failure(128 + (notice.signum or signal.SIGTERM))
+    elif outcome.hang is not None:
+        failure = watchdog.failure(outcome.hang, outcome.stacks, 128 + signal.SIGKILL)
     elif outcome.failed_rank is not None:
         rank = outcome.failed_rank
         with _log_lines(specs[rank].log, outcome, rank) as lines:  # the whole log: a full disk may be far up
@@ -312,12 +314,14 @@ def _run(
     }
     _survive(unrecorded, rundir.SUMMARY, rundir.write_json, run / rundir.SUMMARY, record)
     status = {
-        "status": "ok" if failure is None else "failed",
+        "status": "ok" if failure is None else "preempted" if stopped is not None else "failed",
         "ended": datetime.now(UTC).isoformat(),
         "returncodes": outcome.returncodes,
         "failed_rank": outcome.failed_rank,
         "failure": failure.to_dict() if failure else None,
     }
+    if stopped is not None:
+        status["preemption"] = stopped.to_dict()
     if any(outcome.log_errors) or unrecorded:
         status["incomplete"] = [e for e in outcome.log_errors if e] + unrecorded
     this = {"attempt": attempt, "started": base["started"], "resumed_from_checkpoint": resume_step, **status}
@@ -338,8 +342,11 @@ def _run(
     if failure is None:
         print(f"moekit: run directory {run}")
         return 0
+    if stopped is not None:
+        print(f"moekit: preempted: {failure.evidence}. Resume: the same command with run.dir={root}", file=sys.stderr)
+        return failure.returncode
     _report_failure(failure, outcome, specs, root)
-    return 128 + interrupted.signum if interrupted else 1
+    return 1
 
 
 def _report_failure(failure: failures.Failure, outcome: launch.Outcome, specs: list, run: Path) -> None:
@@ -383,23 +390,3 @@ def _survive(problems: list[str], what: str, fn: Callable[..., Any], *args: Any)
     except OSError as exc:
         problems.append(f"could not record {what}: {exc}")
         return None
-
-
-class _signals_interrupt:
-    """While launched processes run, SIGTERM and SIGINT raise Interrupted (main thread only)."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __enter__(self) -> None:
-        self._old = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._old[sig] = signal.signal(sig, self._raise)
-
-    @staticmethod
-    def _raise(signum: int, _frame: object) -> None:
-        raise Interrupted(signum)
-
-    def __exit__(self, *exc: object) -> None:
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)

@@ -32,6 +32,10 @@ class Run(Section):
     secrets: list[str] = []
     """Further names (environment variables, config or MaxText keys) whose values are redacted from everything
     moekit prints and writes; credential-looking names (HF_TOKEN, *_API_KEY, *PASSWORD*) always are."""
+    stall_timeout_s: float | None = Field(None, ge=0)
+    """Hang watchdog: seconds without a finished step (counted from the first) after which moekit writes every
+    worker's Python stacks to the run directory and stops the run as `hang`. None derives it from the step times
+    seen so far (run/watchdog.py); 0 turns the watchdog off."""
 
 
 class Train(Section):
@@ -326,8 +330,9 @@ class Cluster(Section):
     requeue: bool = True
     """Slurm may requeue the job after a node failure or a preemption (sbatch --requeue)."""
     signal_grace_s: int = Field(300, ge=0, le=65535)
-    """Seconds before the time limit at which Slurm sends SIGTERM (sbatch --signal=B:TERM@...), passed on to
-    every task so training can stop at a step boundary."""
+    """Seconds from SIGTERM to SIGKILL: Slurm sends SIGTERM this long before the time limit (sbatch
+    --signal=B:TERM@...), a JobSet pod gets it as terminationGracePeriodSeconds, and moekit gives its workers
+    this long to save a checkpoint at the next step and exit (run/preemption.py)."""
 
 
 class Toleration(Section):

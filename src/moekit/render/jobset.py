@@ -102,7 +102,9 @@ def _volume(v: Volume) -> dict[str, Any]:
 
 def _pod_spec(cfg: Config, overrides: Sequence[str]) -> dict[str, Any]:
     c, net = cfg.cluster, cfg.network
-    spec: dict[str, Any] = {"restartPolicy": "Never"}
+    # Pod deletion (preemption, eviction, a JobSet restart) sends SIGTERM, then SIGKILL after this long: moekit's
+    # workers save a checkpoint at the next step within it (run/preemption.py).
+    spec: dict[str, Any] = {"restartPolicy": "Never", "terminationGracePeriodSeconds": c.signal_grace_s}
     if c.service_account:
         spec["serviceAccountName"] = c.service_account
     if net.host_network:

@@ -144,6 +144,9 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
     put("parallelism.dcn", **{f"dcn_{k}_parallelism": v for k, v in dcn.items()})
     every = cfg.checkpoint.every
     put("checkpoint", enable_checkpointing=every > 0, **({"checkpoint_period": every} if every else {}))
+    if every:
+        # On SIGTERM (JAX's preemption notice) save at the next step boundary, then stop (run/preemption.py).
+        put("checkpoint (preemption)", enable_autocheckpoint=True)
     if cfg.num_processes == 1:
         # One process: no coordinator to wait for.
         put("cluster (one process)", skip_jax_distributed_system=True)

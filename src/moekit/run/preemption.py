@@ -1,0 +1,160 @@
+"""Preemption: SIGTERM (Slurm before the time limit, scancel, scontrol requeue, Kubernetes pod deletion) or
+Ctrl-C asks the run to stop at a step boundary with a checkpoint, so a relaunch loses at most one step.
+
+moekit passes the signal on (as SIGTERM) to every worker's process group. With checkpoints on, each worker
+runs under jax.distributed with JAX's preemption service (moekit.worker), which turns the notice into a sync
+step that every process agrees on; MaxText (enable_autocheckpoint=true) saves there and stops with
+"Training stopped: Job received termination signal", exit status 0. moekit then records the attempt as
+`preempted` (never ok: the steps are not all done) and exits 128 + the signal, so a scheduler sees that the job
+did not finish. Without checkpoints the workers end at once and the next attempt starts again from step 0.
+
+A second Ctrl-C stops the workers at once (SIGKILL); everything else waits `grace_s` for them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from moekit import failures
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# MaxText 0.2.5 (trainers/pre_train/train.py) logs this when it stopped at the preemption sync step.
+STOPPED = "Training stopped: Job received termination signal"
+
+
+class Notice:
+    """The stop request moekit received: set from a signal handler, read by the supervising loop."""
+
+    def __init__(self, saves: bool = True) -> None:
+        self.saves = saves
+        """Whether the run checkpoints (what the workers do with the signal)."""
+        self.signum: int | None = None
+        self.at: float | None = None
+        """time.monotonic() of the first signal."""
+        self.hard = False
+        """A second SIGINT: stop the workers now."""
+        self._old: dict[int, object] = {}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.signum is None:
+            self.signum, self.at = signum, time.monotonic()
+            what = "save a checkpoint at the next step and stop" if self.saves else "stop (no checkpoints to save)"
+            again = " (Ctrl-C again to stop them now)" if signum == signal.SIGINT and self.saves else ""
+            print(f"\nmoekit: got {signal.Signals(signum).name}: the workers {what}{again}", flush=True)
+        elif signum == signal.SIGINT:
+            self.hard = True
+
+    def request(self, signum: int = signal.SIGTERM) -> None:
+        """Ask for a stop as if `signum` had arrived (e.g. from another thread)."""
+        self._handle(signum, None)
+
+    def __enter__(self) -> Notice:
+        if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+            for sig in SIGNALS:
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """What a preempted attempt left behind (pure record; run/preemption decides, commands/train records)."""
+
+    signal: str
+    signal_to_exit_s: float | None
+    """None when the workers got the signal from elsewhere (moekit saw only MaxText's stop line)."""
+    last_step: int | None
+    """The last step this attempt finished (its metrics, or the checkpoint it saved when that is later)."""
+    checkpoint_step: int | None
+    """The newest committed checkpoint after the attempt (the next attempt resumes after it)."""
+    saved: bool
+    """Whether this attempt wrote that checkpoint after the signal (vs. an older one, or none)."""
+
+    @property
+    def steps_lost(self) -> int | None:
+        """Finished steps that the next attempt runs again."""
+        if self.last_step is None:
+            return None
+        return self.last_step - (self.checkpoint_step if self.checkpoint_step is not None else -1)
+
+    def failure(self, returncode: int) -> failures.Failure:
+        where = (
+            f"checkpoint of step {self.checkpoint_step} saved after the signal"
+            if self.saved
+            else (
+                f"no checkpoint saved after the signal; resumes from step {self.checkpoint_step}"
+                if self.checkpoint_step is not None
+                else "no checkpoint (checkpoint.every=0): a relaunch starts again from step 0"
+            )
+        )
+        took = (
+            "" if self.signal_to_exit_s is None else f"; workers exited {self.signal_to_exit_s:.1f} s after the signal"
+        )
+        evidence = f"{self.signal}; {where}; {self.steps_lost} step(s) lost{took}"
+        return failures.Failure(failures.PREEMPTED.name, failures.PREEMPTED.title, returncode, evidence)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "signal": self.signal,
+            "signal_to_exit_s": None if self.signal_to_exit_s is None else round(self.signal_to_exit_s, 2),
+            "last_step": self.last_step,
+            "checkpoint_step": self.checkpoint_step,
+            "checkpoint_saved": self.saved,
+            "steps_lost": self.steps_lost,
+        }
+
+
+def stop(
+    notice: Notice,
+    ended_at: float | None,
+    last_step: int | None,
+    before: int | None,
+    after: int | None,
+    log: Iterable[str] = (),
+) -> Stop | None:
+    """The preemption record of an attempt, or None when it was not asked to stop.
+
+    It was when moekit got a signal (`notice`), or when MaxText says it stopped for one (`log`: process 0's
+    output; a scheduler may signal the workers directly). `before`/`after`: the newest checkpoint step when
+    the attempt started and when it ended."""
+    saved = after is not None and after != before
+    if saved and (last_step is None or last_step < after):
+        # MaxText writes a step's metrics once the next step has run: the step it saved at and stopped after
+        # has none, but it was trained (the checkpoint holds it).
+        last_step = after
+    told = notice.signum is not None and notice.at is not None
+    if told and (ended_at is None or notice.at <= ended_at):
+        took = (ended_at or notice.at) - notice.at
+        return Stop(f"moekit received {signal.Signals(notice.signum).name}", took, last_step, after, saved)
+    if any(STOPPED in line for line in log):
+        # Signalled directly, or by a peer's notice through JAX's preemption service (the workers had ended
+        # before any signal reached moekit).
+        return Stop("the workers got a preemption notice", None, last_step, after, saved)
+    if told:
+        return Stop(f"moekit received {signal.Signals(notice.signum).name}", 0.0, last_step, after, saved)
+    return None
+
+
+def last_step(metrics: Path) -> int | None:
+    """The highest step in a metrics file (a line cut short by a kill is skipped)."""
+    steps = []
+    try:
+        lines = metrics.read_text(encoding="utf8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            steps.append(int(json.loads(line)["step"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return max(steps, default=None)

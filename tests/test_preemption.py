@@ -1,0 +1,224 @@
+"""Preemption and the hang watchdog, for real on CPU.
+
+SIGTERM to a running `moekit train` (what Slurm, scancel, a pod deletion send): the workers save a checkpoint
+at the next step and stop, the manifest says `preempted`, and the same command resumes there. SIGSTOP of one
+of two workers: the other blocks in a collective, and the watchdog ends the run as `hang` with every
+worker's stacks in the run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, free_port, moekit
+from moekit.run import preemption, watchdog
+
+STEPS = 20
+# checkpoint.every larger than the run: the only checkpoint past step 0 is the one the preemption writes.
+PREEMPT = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}", "checkpoint.every=1000"]
+
+
+# ---------- pure decisions ----------
+
+
+def test_stall_bound_follows_the_steps_seen():
+    assert watchdog.bound(None, None, []) is None  # nothing seen yet: start-up has its own timeout
+    assert watchdog.bound(0, 5.0, [1.0]) is None  # off
+    assert watchdog.bound(12, 500.0, [30.0]) == 12.0  # set: as given
+    assert watchdog.bound(None, 20.0, [0.5, 0.7]) == watchdog.STALL_FLOOR_S  # fast steps: the floor
+    assert watchdog.bound(None, 400.0, [1.0]) == 400.0  # a long compile: a recompile takes no longer
+    assert watchdog.bound(None, 30.0, [2.0, 9.0]) == 90.0  # ten times the slowest step (a checkpoint save)
+
+
+def test_watchdog_counts_from_the_last_step():
+    w = watchdog.Watchdog(10, started=0.0)
+    assert w.stalled(now=1000.0) is None  # never before the first step
+    w.step_done(now=50.0)
+    assert w.stalled(now=59.0) is None
+    assert "no step finished for 11 s (bound 10 s, run.stall_timeout_s)" == w.stalled(now=61.0)
+    w.step_done(now=61.0)
+    assert w.stalled(now=70.0) is None
+
+
+def test_a_stop_record_counts_the_steps_lost():
+    notice = preemption.Notice()
+    assert preemption.stop(notice, 5.0, 7, None, None) is None
+    by_peer = preemption.stop(notice, 5.0, 7, None, 7, [f"... {preemption.STOPPED} (SIGTERM)."])
+    assert by_peer.signal == "the workers got a preemption notice" and by_peer.signal_to_exit_s is None
+    notice.signum, notice.at = signal.SIGTERM, 6.0  # came after the workers had ended
+    assert preemption.stop(notice, 5.0, 7, None, 7, [preemption.STOPPED]).signal_to_exit_s is None
+    notice = preemption.Notice()
+    notice.signum, notice.at = signal.SIGTERM, 100.0
+    rec = preemption.stop(notice, 104.5, last_step=8, before=0, after=8)
+    assert rec.to_dict() == {
+        "signal": "moekit received SIGTERM",
+        "signal_to_exit_s": 4.5,
+        "last_step": 8,
+        "checkpoint_step": 8,
+        "checkpoint_saved": True,
+        "steps_lost": 0,
+    }
+    assert rec.failure(143).name == "preempted"
+    no_save = preemption.stop(notice, 104.5, last_step=8, before=None, after=None)
+    assert no_save.steps_lost == 9 and "a relaunch starts again from step 0" in no_save.failure(143).evidence
+
+
+def test_a_signal_is_noted_not_raised():
+    with preemption.Notice() as notice:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        assert notice.signum == signal.SIGTERM and not notice.hard
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)
+        assert notice.signum == signal.SIGTERM and notice.hard
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+# ---------- real runs ----------
+
+
+def steps_in(path: Path) -> list[int]:
+    out = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            out.append(int(json.loads(line)["step"]))
+        except (ValueError, KeyError):
+            continue
+    return out
+
+
+def start(command: list[str], run: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "moekit", *command, f"run.dir={run}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def wait_for_step(proc: subprocess.Popen, metrics: Path, step: int, timeout_s: float = 400) -> None:
+    deadline = time.monotonic() + timeout_s
+    while max(steps_in(metrics), default=-1) < step:
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before step {step}:\n{proc.stdout.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"no step {step} within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def workers(run: Path) -> dict[int, int]:
+    """Live worker processes of a run directory: JAX process id -> pid."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().split(") ", 1)[1][0]
+            env = dict(
+                e.split("=", 1)
+                for e in (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+                if "=" in e
+            )
+        except (OSError, IndexError):
+            continue
+        if "moekit.worker" in cmd and str(run) in cmd and state != "Z":
+            found[int(env.get("JAX_PROCESS_ID", env.get("MOEKIT_PROCESS_ID", "0")))] = int(proc.name)
+    return found
+
+
+@pytest.fixture(scope="module")
+def preempted_run(tmp_path_factory):
+    """One run sent SIGTERM after step 5, then relaunched with the same command."""
+    run = tmp_path_factory.mktemp("preempt") / "run"
+    proc = start(PREEMPT, run)
+    wait_for_step(proc, run / "metrics.jsonl", 5)
+    at = time.monotonic()
+    seen = max(steps_in(run / "metrics.jsonl"))
+    os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
+    out, _ = proc.communicate(timeout=300)
+    exit_s = time.monotonic() - at
+    first = json.loads((run / "manifest.json").read_text())
+    again = moekit(*PREEMPT, f"run.dir={run}")
+    return run, proc.returncode, out, exit_s, seen, first, again
+
+
+@pytest.mark.integration
+def test_sigterm_saves_at_the_next_step_and_the_relaunch_resumes_there(preempted_run):
+    run, rc, out, exit_s, seen, first, again = preempted_run
+    record = first.get("preemption") or {}
+    print(f"\npreemption (1 process, CPU): signal after step {seen}; {record}; moekit exited {exit_s:.1f} s after it")
+    assert rc == 128 + signal.SIGTERM, out[-3000:]
+    assert first["status"] == "preempted" and first["failure"]["class"] == "preempted", first
+    assert record["checkpoint_saved"] and record["checkpoint_step"] >= seen, record
+    assert record["steps_lost"] <= 1, record
+    assert record["signal_to_exit_s"] < 120, record
+    assert (run / "smoke" / "checkpoints" / str(record["checkpoint_step"])).is_dir()
+    assert "moekit: preempted:" in out
+
+    assert again.returncode == 0, again.stderr[-3000:] + again.stdout[-2000:]
+    assert f"(attempt 2, resuming from the checkpoint of step {record['checkpoint_step']})" in again.stdout
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "ok" and [a["status"] for a in manifest["attempts"]] == ["preempted", "ok"]
+    assert manifest["attempts"][0]["preemption"] == record
+    # One record per step, except the step the preemption saved at: MaxText writes a step's metrics when the
+    # next one has run, so that step's were never written (it was trained: the checkpoint holds it).
+    step = record["checkpoint_step"]
+    merged = steps_in(run / "metrics.jsonl")
+    assert len(merged) == len(set(merged)) and set(range(STEPS)) - set(merged) <= {step}, merged
+
+
+@pytest.mark.integration
+def test_a_stopped_worker_ends_as_hang_with_stacks(tmp_path):
+    """Process 1 of 2 is stopped (SIGSTOP) after step 3: process 0 waits in its next collective. With
+    run.stall_timeout_s=15 the watchdog collects both stacks and ends the run, well before JAX's 100 s
+    heartbeat timeout would, and leaves no worker behind."""
+    run = tmp_path / "hang"
+    bound = 15
+    command = [
+        "train",
+        "experiment=smoke",
+        "precision=fp32",
+        "train.steps=500",
+        "train.per_device_batch_size=1",
+        "cluster.processes_per_node=2",
+        f"cluster.coordinator_port={free_port()}",
+        f"run.stall_timeout_s={bound}",
+    ]
+    proc = start(command, run)
+    wait_for_step(proc, run / "metrics.jsonl", 3)
+    pids = workers(run)
+    assert sorted(pids) == [0, 1], pids
+    os.kill(pids[1], signal.SIGSTOP)
+    at = time.monotonic()
+    try:
+        out, _ = proc.communicate(timeout=bound + 120)
+    finally:
+        for pid in workers(run).values():
+            os.kill(pid, signal.SIGKILL)
+    took = time.monotonic() - at
+    print(f"\nhang: SIGSTOP to process 1 -> moekit exited after {took:.1f} s (bound {bound} s)")
+    assert proc.returncode == 1, out[-3000:]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["failure"]["class"] == "hang", manifest
+    assert "bound 15 s, run.stall_timeout_s" in manifest["failure"]["evidence"]
+    assert took < bound + 60
+    for name in ("stacks.txt", "stacks.1.txt"):
+        text = (run / name).read_text()
+        assert "Thread 0x" in text and 'File "' in text, text[:2000]
+    assert "troubleshooting.md#hang" in out
+    deadline = time.monotonic() + 10
+    while workers(run) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workers(run) == {}
