@@ -28,9 +28,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from moekit import trial, tuning  # noqa: E402
+from moekit import tuning  # noqa: E402
 from moekit.config.checks import ensure_valid  # noqa: E402
 from moekit.config.compose import compose  # noqa: E402
+from moekit.config.sweeps import expand  # noqa: E402
+from moekit.observe import compare  # noqa: E402
+from moekit.run import trial  # noqa: E402
 
 EXPERIMENT = "dsv3_proxy_h200"
 REFERENCE = "dense"  # masked dense compute of every expert: no grouped-GEMM kernel in the way
@@ -93,14 +96,24 @@ def preset(spec: str) -> tuple[str, list[str], str]:
 
 def parse_rows(specs: list[str], extra: list[str]) -> dict[str, tuple[list[str], str]]:
     """Presets (names or NAME:OVERRIDE+OVERRIDE specs) plus `NAME=OVERRIDES` rows (overrides separated by
-    spaces), in the order given: name -> (overrides, what it shows)."""
-    rows = {name: (ov, what) for name, ov, what in map(preset, specs)}
+    spaces), in the order given: name -> (overrides, what it shows). Overrides that sweep (Hydra's grammar,
+    moe=dense,tokamax) give one row per run, NAME_0, NAME_1, ... (moekit.config.sweeps)."""
+    rows: dict[str, tuple[list[str], str]] = {}
+    for name, ov, what in map(preset, specs):
+        rows |= _swept(name, ov, what)
     for spec in extra:
         name, sep, overrides = spec.partition("=")
         if not sep or not name or name in rows:
             raise SystemExit(f"--row {spec!r}: give NAME=OVERRIDES with a new name, e.g. --row te_gmm='moe=te_gmm'")
-        rows[name] = (overrides.split(), f"`{overrides}`")
+        rows |= _swept(name, overrides.split(), f"`{overrides}`")
     return rows
+
+
+def _swept(name: str, overrides: list[str], what: str) -> dict[str, tuple[list[str], str]]:
+    runs = expand(overrides) if overrides else [[]]
+    if len(runs) == 1:
+        return {name: (overrides, what)}  # as given: a row that does not sweep keeps its override text
+    return {f"{name}_{i}": (run, f"`{' '.join(run)}`") for i, run in enumerate(runs)}
 
 
 def plan_rows(rows: dict[str, tuple[list[str], str]], steps: int, experiment: str) -> dict[str, tuple[list, dict]]:
@@ -211,7 +224,7 @@ def loss_checks(results: dict) -> dict[str, str]:
             # train.steps sets the learning-rate schedule (warm-up, decay): runs of other lengths are other runs
             out[name] = f"n/a ({len(r['losses'])} steps vs {len(ref['losses'])}: another learning-rate schedule)"
         else:
-            ok, diff, bad = tuning.compare_losses(ref["losses"], r["losses"])
+            ok, diff, bad = compare.compare_losses(ref["losses"], r["losses"])
             out[name] = f"ok (max diff {diff:.1e})" if ok else f"**diverges** at step {bad} (max diff {diff:.3f})"
     return out
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from conftest import losses, moekit
-from moekit.commands.multirun import expand
 from moekit.config.compose import group_options
+from moekit.config.sweeps import expand
 from moekit.errors import ConfigError
 
 EXPANSIONS = [  # id, overrides, expected runs (cartesian product, keys in the order given)

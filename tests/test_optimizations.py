@@ -137,7 +137,7 @@ def test_ladder_ends_at_dsv3_blog_and_sweeps_in_blog_order():
     blog = [a for a in build(compose("dsv3_blog"), "/r", "/r/m").maxtext_args if not a.startswith(strip)]
     assert last == blog
     assert settings(LADDER[0][0]) == settings("dsv3_baseline")
-    from moekit.commands.multirun import expand
+    from moekit.config.sweeps import expand
 
     assert [o[0].split("=")[1] for o in expand(["experiment=glob(dsv3_ladder_*)"])] == [r for r, _ in LADDER]
 

@@ -131,7 +131,8 @@ def test_slurm_task_needs_a_shared_run_dir():
 
 
 def test_launchers_share_a_run_dir(tmp_path):
-    from moekit import attempts, rundir
+    from moekit import rundir
+    from moekit.run import attempts
 
     run = tmp_path / "run"
     assert rundir.for_launcher(run, 0) == run

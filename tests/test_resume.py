@@ -97,7 +97,7 @@ def _write(path: Path, steps: range, tag: str, cut: bool = False) -> None:
     ids=["resumed", "restarted", "empty-retry"],
 )
 def test_merge_keeps_one_record_per_step(tmp_path, first, second, expected):
-    from moekit import attempts
+    from moekit.run import attempts
 
     _write(tmp_path / "metrics.jsonl", first, "a", cut=True)
     _write(tmp_path / "metrics.1.jsonl", first, "a")

@@ -16,6 +16,7 @@ from conftest import REPO, moekit
 from moekit import tuning
 from moekit.commands.tune import preset_yaml
 from moekit.config.compose import compose
+from moekit.observe import compare
 
 
 def test_axes_expand_to_their_product():
@@ -40,11 +41,11 @@ OFFLOAD = [10.3800, 10.3523, 9.95, 9.47, 8.99, 8.50, 8.11, 7.93, 7.85, 7.848]
 
 
 def test_loss_gate_passes_equal_paths_and_rejects_the_offload_drift():
-    ok, diff, bad = tuning.compare_losses(REF, SAME)
+    ok, diff, bad = compare.compare_losses(REF, SAME)
     assert ok and diff < 2e-3 and bad is None
-    ok, diff, bad = tuning.compare_losses(REF, OFFLOAD)
+    ok, diff, bad = compare.compare_losses(REF, OFFLOAD)
     assert not ok and bad == 1 and diff > 0.1
-    assert not tuning.compare_losses(REF, REF[:1])[0]  # one common step proves nothing
+    assert not compare.compare_losses(REF, REF[:1])[0]  # one common step proves nothing
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,21 @@
 """Who is who in a multi-process job: coordinator, process count, process id, local devices.
 
-One function per environment (local, JobSet, Slurm). Each takes the environment as an argument
-(never reads os.environ itself) and returns the Rendezvous of every process this host must start.
+One function per environment (local, JobSet, Slurm), chosen by cluster.kind in FROM_CLUSTER. Each takes the
+environment as an argument (never reads os.environ itself) and returns the Rendezvous of every process this
+host must start.
 `process_env` turns one into the variables moekit's worker reads before MaxText starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from moekit.errors import MoekitError
+
+if TYPE_CHECKING:
+    from moekit.config.schema import Cluster
 
 # The variables moekit.worker reads; JAX_COORDINATOR_ADDRESS and JAX_LOCAL_DEVICE_IDS are also JAX's own.
 COORDINATOR = "JAX_COORDINATOR_ADDRESS"
@@ -172,3 +177,48 @@ def process_env(r: Rendezvous, timeout_s: int) -> dict[str, str]:
     if r.local_device_ids is not None:
         env[LOCAL_DEVICES] = ",".join(map(str, r.local_device_ids))
     return env
+
+
+def _local_cluster(c: Cluster, env: Mapping[str, str], gpu: bool) -> list[Rendezvous]:
+    if c.nodes != 1:
+        raise RendezvousError(
+            f"cluster=local runs on one host but cluster.nodes={c.nodes}; use cluster=jobset or cluster=slurm."
+        )
+    return local(c.processes_per_node, c.coordinator_port, c.gpus_per_node, gpu)
+
+
+def _jobset_cluster(c: Cluster, env: Mapping[str, str], gpu: bool) -> list[Rendezvous]:
+    return from_jobset(env, c.processes_per_node, c.gpus_per_node, gpu)
+
+
+def _slurm_cluster(c: Cluster, env: Mapping[str, str], gpu: bool) -> list[Rendezvous]:
+    return from_slurm(env, c.coordinator_port, c.processes_per_node, c.gpus_per_node, gpu, c.task_layout)
+
+
+# cluster.kind -> how that environment says who is who. A new kind of cluster adds one entry here.
+FROM_CLUSTER: dict[str, Callable[[Cluster, Mapping[str, str], bool], list[Rendezvous]]] = {
+    "local": _local_cluster,
+    "jobset": _jobset_cluster,
+    "slurm": _slurm_cluster,
+}
+
+
+def for_cluster(c: Cluster, env: Mapping[str, str], gpu: bool) -> list[Rendezvous]:
+    """The processes this host starts for a job on cluster `c`, read from the launcher's environment `env`."""
+    return FROM_CLUSTER[c.kind](c, env, gpu)
+
+
+def node0_placeholders(c: Cluster, num_processes: int, gpu: bool) -> list[Rendezvous]:
+    """Node 0's processes of a multi-node job seen from outside its cluster (--dry-run): node ranks and the
+    coordinator's host name exist only where the job runs, so the coordinator is a placeholder."""
+    return [
+        Rendezvous(
+            coordinator=f"<node-0>:{c.coordinator_port}",
+            num_processes=num_processes,
+            process_id=local,
+            node_rank=0,
+            local_rank=local,
+            local_device_ids=(local,) if gpu and c.processes_per_node > 1 else None,
+        )
+        for local in range(c.processes_per_node)
+    ]

@@ -29,6 +29,7 @@ MANIFEST = "manifest.json"  # status of the run: ok | failed (with class) | runn
 PROFILE = "profile.json"  # step-time breakdown from the trace (profile=on)
 PROFILE_DIR = "profile"  # raw traces (trace/process_<i>/) and the train step's HLO dump (hlo/), profile=on
 PROFILE_DIR_ENV = "MOEKIT_PROFILE_DIR"  # tells each process (moekit.worker) where that folder is
+PEAK_MEMORY = "peak_memory.json"  # peak device memory, read by trials when a memory probe wrote it
 LAUNCHERS = "launchers"  # records of the other moekit launchers of a multi-launcher job (launchers/<first id>/)
 
 
@@ -65,6 +66,7 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_json(path: Path, data: Any) -> None:
+    """`data` as indented JSON, written atomically."""
     write_atomic(path, json.dumps(data, indent=2, sort_keys=False) + "\n")
 
 
@@ -103,6 +105,7 @@ def records_before_launch(run: Path) -> Iterator[None]:
 
 
 def write_yaml(path: Path, data: Any) -> None:
+    """`data` as YAML in the given key order, written atomically."""
     write_atomic(path, yaml.safe_dump(data, sort_keys=False))
 
 

@@ -7,31 +7,26 @@ length): a different batch legitimately changes the loss curve.
 
 from __future__ import annotations
 
-import itertools
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-# Loss gate: every step's loss within RTOL x |reference| + ATOL. Measured on one H200 (2026-12-02, MaxText 0.2.5,
-# jax 0.11.2; docs/metrics.md): dense, tokamax, remat and XLA-flag variants agree to 1e-3
-# over 12 bf16 steps (loss ~10.3 -> 7.68), while a host-offload split (docs/metrics.md) was 0.027 off at the
-# second step and 0.16 at the twelfth. 2e-3 relative (0.015-0.02 absolute here) passes the first and rejects the second.
-RTOL = 2e-3
-ATOL = 0.0
+from moekit import failures
+from moekit.config import sweeps
+from moekit.observe import compare
 
-# Evidence of an out-of-memory failure in a training log (XLA/JAX GPU and host allocators).
-_OOM = re.compile(r"RESOURCE_EXHAUSTED|[Oo]ut of memory|CUDA_ERROR_OUT_OF_MEMORY|\bOOM\b|MemoryError")
+OUT_OF_MEMORY = "out_of_memory"  # the failures class a trial reports as status oom
+
+# The loss gate's tolerance (the rule itself is observe.compare's).
+RTOL, ATOL = compare.TUNE.rtol, compare.TUNE.atol
 
 
 def expand(axes: Sequence[str]) -> list[list[str]]:
-    """Cartesian product of axes given as KEY=V1,V2,... (each a Hydra override with alternatives)."""
-    choices = []
+    """Cartesian product of axes given as KEY=V1,V2,... (Hydra's sweep grammar, moekit.config.sweeps)."""
     for axis in axes:
         key, sep, values = axis.partition("=")
         if not sep or not key or not values:
             raise ValueError(f"axis {axis!r} is not KEY=V1,V2,...")
-        choices.append([f"{key}={v}" for v in values.split(",")])
-    return [list(combo) for combo in itertools.product(*choices)] if choices else []
+    return sweeps.expand(axes) if axes else []
 
 
 def parse_candidate(text: str) -> list[str]:
@@ -44,24 +39,17 @@ def parse_candidate(text: str) -> list[str]:
 
 
 def label(overrides: Sequence[str]) -> str:
+    """Overrides as one line for tables and logs; the base is '(base)'."""
     return " ".join(overrides) or "(base)"
 
 
 def classify(returncode: int | None, log_tail: str, timed_out: bool) -> str:
-    """ok | oom | timeout | failed, from how the training process ended."""
+    """ok | oom | timeout | failed, from how the training process ended (failure classes: moekit.failures)."""
     if timed_out:
         return "timeout"
     if returncode == 0:
         return "ok"
-    return "oom" if _OOM.search(log_tail) else "failed"
-
-
-def compare_losses(reference: Sequence[float], candidate: Sequence[float], rtol: float = RTOL, atol: float = ATOL):
-    """(ok, max_abs_diff, first_bad_step) over the steps both ran; fewer than 2 common steps is not ok."""
-    n = min(len(reference), len(candidate))
-    diffs = [abs(c - r) for r, c in zip(reference[:n], candidate[:n], strict=True)]
-    bad = next((i for i, (r, d) in enumerate(zip(reference, diffs, strict=False)) if d > atol + rtol * abs(r)), None)
-    return (n >= 2 and bad is None), max(diffs, default=float("nan")), bad
+    return "oom" if failures.classify(returncode or 1, log_tail).name == OUT_OF_MEMORY else "failed"
 
 
 def batch_key(cfg_dict: dict[str, Any]) -> tuple[float, int]:
@@ -77,6 +65,7 @@ def fastest(results: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    """tree[a][b][c] = value for key 'a.b.c', making the levels on the way."""
     node = tree
     parts = key.split(".")
     for part in parts[:-1]:

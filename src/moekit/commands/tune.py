@@ -8,7 +8,7 @@ Each sweep gets a new folder, <--out>/<name>/<timestamp>, with one run directory
 Candidates are the Cartesian product of the --axis options plus each --candidate, every one on top of the
 positional overrides (the base, which always runs too). A run that goes out of memory, fails or times out
 is discarded; so is one whose loss trajectory leaves the reference's (the base plus --reference, trained
-on the same tokens per step) by more than moekit.tuning.RTOL. The fastest remaining one by tokens/s per
+on the same tokens per step) by more than moekit.observe.compare.TUNE. The fastest remaining one by tokens/s per
 device is written as conf/experiment/<name>.yaml with its measured numbers and their provenance.
 """
 
@@ -23,11 +23,13 @@ from typing import Any
 
 import yaml
 
-from moekit import rundir, trial, tuning
+from moekit import rundir, tuning
 from moekit.config import formats
 from moekit.config.checks import ensure_valid
 from moekit.config.compose import GROUPS, compose, config_dir
 from moekit.errors import ConfigError, MoekitError
+from moekit.observe import compare
+from moekit.run import trial
 
 HELP = "sweep configurations through moekit train, discard OOM/diverging ones, write the fastest as a preset"
 
@@ -51,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-preset", action="store_true", help="also write conf/experiment/<name>.yaml")
 
 
-def _plan(args: argparse.Namespace) -> tuple[list[list[str]], dict[tuple, list[str]]]:
+def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], dict[str, Any], bool]], dict[tuple, list[str]]]:
+    """Candidates (overrides, resolved config) and one reference per tokens-per-step, each composed and checked once."""
     try:
         extra = tuning.expand(args.axis) + [tuning.parse_candidate(c) for c in args.candidate]
         reference = tuning.parse_candidate(args.reference) if args.reference else []
@@ -59,6 +62,7 @@ def _plan(args: argparse.Namespace) -> tuple[list[list[str]], dict[tuple, list[s
         raise MoekitError(f"{exc}\n  fix: --axis KEY=V1,V2 and --candidate 'KEY=VALUE KEY=VALUE'") from None
     candidates, seen = [], []
     references: dict[tuple, list[str]] = {}
+    ref_configs: dict[tuple, dict[str, Any]] = {}
     bad = []
     for c in [[], *extra]:  # compose and check everything before the first run; run each config once
         ov = args.overrides + c
@@ -70,22 +74,18 @@ def _plan(args: argparse.Namespace) -> tuple[list[list[str]], dict[tuple, list[s
         if cfg in seen:
             continue
         seen.append(cfg)
-        candidates.append(ov)
+        candidates.append((ov, cfg))
         batch = tuning.batch_key(cfg)
         ref = [*args.overrides, *reference, f"train.per_device_batch_size={batch[0]:g}", f"train.seq_len={batch[1]}"]
         references.setdefault(batch, ref)
-    for ref in references.values():
+    for batch, ref in references.items():
         try:
-            ensure_valid(compose(ref))
+            ref_configs[batch] = ensure_valid(compose(ref)).to_dict()
         except ConfigError as exc:
             bad.append(f"  reference {tuning.label(ref)}:\n    {exc}")
     if bad:
         raise ConfigError("these sweep configurations are invalid; nothing was launched:\n" + "\n".join(bad))
-    return candidates, references
-
-
-def _same_config(a: list[str], b: list[str]) -> bool:
-    return compose(a).to_dict() == compose(b).to_dict()
+    return [(ov, cfg, cfg == ref_configs[tuning.batch_key(cfg)]) for ov, cfg in candidates], references
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,10 +118,10 @@ def run(args: argparse.Namespace) -> int:
         ref_results[batch] = r
         runs.append(r)
         save()
-    for i, ov in enumerate(candidates):
-        batch = tuning.batch_key(compose(ov).to_dict())
+    for i, (ov, cfg, same_as_reference) in enumerate(candidates):
+        batch = tuning.batch_key(cfg)
         ref = ref_results[batch]
-        if _same_config(ov, ref["overrides"]):
+        if same_as_reference:
             r = dict(ref) | {"role": "candidate (same as reference)", "overrides": ov}
         else:
             print(f"moekit tune: candidate {i + 1}/{len(candidates)}: {tuning.label(ov)}", flush=True)
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
                 if ref["status"] != "ok":
                     r["check"] = f"unchecked: the reference at this batch ended {ref['status']}"
                 else:
-                    ok, diff, bad = tuning.compare_losses(ref.get("losses", []), r.get("losses", []))
+                    ok, diff, bad = compare.compare_losses(ref.get("losses", []), r.get("losses", []))
                     r["check"] = f"loss max diff {diff:.2e}" + ("" if ok else f", beyond tolerance at step {bad}")
                     r["accepted"] = ok
         runs.append(r)

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 from moekit import redact, rundir
-from moekit.commands import train as train_cmd
-from moekit.config.checks import ensure_valid
+from moekit.config.checks import ensure_valid, format_warnings, warnings
 from moekit.config.compose import compose
 from moekit.config.schema import Config
 from moekit.errors import MoekitError
 from moekit.observe import compare, metrics, rundata
+from moekit.run import execute
 
 HELP = "numerical equivalence gate: reference vs candidate overrides, same seed and data, N steps"
 DEFAULT_STEPS = 6
@@ -63,8 +64,8 @@ def _tokens_per_step(cfg: Config) -> float:
     return cfg.global_batch * cfg.train.seq_len
 
 
-def plan(args: argparse.Namespace) -> tuple[list[str], list[list[str]]]:
-    """The reference's and each candidate's overrides, all composed and checked before anything trains."""
+def plan(args: argparse.Namespace) -> tuple[list[str], Config, list[tuple[list[str], Config]]]:
+    """The reference's overrides and config, and each candidate's, all composed and checked before anything trains."""
     if args.reference is not None:
         if args.overrides or args.steps is not None:
             raise VerifyError("--reference RUN_DIR brings its own overrides and steps; drop the others.")
@@ -75,6 +76,7 @@ def plan(args: argparse.Namespace) -> tuple[list[str], list[list[str]]]:
     if any(not c for c in candidates):
         raise VerifyError("an empty --candidate; give overrides such as --candidate moe=dense")
     ref_cfg = ensure_valid(compose(base))
+    planned = []
     for cand in candidates:
         cfg = ensure_valid(compose(base + cand))
         if _tokens_per_step(cfg) != _tokens_per_step(ref_cfg) or cfg.train.steps != ref_cfg.train.steps:
@@ -83,35 +85,37 @@ def plan(args: argparse.Namespace) -> tuple[list[str], list[list[str]]]:
                 f"{cfg.train.steps} vs the reference's {_tokens_per_step(ref_cfg):g} x {ref_cfg.train.steps}); "
                 "an equivalence check keeps both fixed."
             )
-    return base, candidates
+        planned.append((cand, cfg))
+    return base, ref_cfg, planned
 
 
-def _train(overrides: list[str], where: Path) -> Path:
-    rc = train_cmd.train([*overrides, f"run.dir={where}"])
+def _train(cfg: Config, overrides: list[str], where: Path) -> Path:
+    if found := warnings(cfg):
+        print(format_warnings(found), file=sys.stderr)
+    rc = execute.train(execute.placed(cfg, where), [*overrides, f"run.dir={where}"]).returncode
     if rc != 0 or not (where / rundir.METRICS).is_file():
         raise MoekitError(f"the run in {where} failed (exit {rc}); see its maxtext.log.")
     return where
 
 
 def run(args: argparse.Namespace) -> int:
-    base, candidates = plan(args)
+    base, ref_cfg, candidates = plan(args)
     if args.out is not None:
         out = args.out
         if out.is_dir() and any(out.iterdir()):
             raise VerifyError(f"--out {out} is not empty; give a new folder (runs are never overwritten).")
         out.mkdir(parents=True, exist_ok=True)
     else:
-        cfg = compose(base)
-        out = rundir.new_run_dir(Path(cfg.run.base_dir), "verify", datetime.now(UTC))
-    ref_dir = args.reference or _train(base, out / "reference")
+        out = rundir.new_run_dir(Path(ref_cfg.run.base_dir), "verify", datetime.now(UTC))
+    ref_dir = args.reference or _train(ref_cfg, base, out / "reference")
     reference = metrics.read(ref_dir / rundir.METRICS)
 
     results = []
-    for i, cand in enumerate(candidates, start=1):
+    for i, (cand, cand_cfg) in enumerate(candidates, start=1):
         where = out / f"candidate-{i}"
         try:
             verdict = compare.compare(
-                reference, metrics.read(_train(base + cand, where) / rundir.METRICS), args.rtol, args.atol
+                reference, metrics.read(_train(cand_cfg, base + cand, where) / rundir.METRICS), args.rtol, args.atol
             )
             text, ok = compare.describe(verdict, args.rtol, args.atol), verdict.ok
         except MoekitError as exc:

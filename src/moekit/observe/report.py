@@ -54,10 +54,10 @@ def status(r: Run) -> str:
     planned = int((r.config.get("train") or {}).get("steps") or 0)
     done = len(r.metrics.rows)
     partial = f" ({done} of {planned} steps)" if planned and done < planned else ""
-    state = m.get("status") or "unrecorded"
+    state = m.status or "unrecorded"
     if state == "ok" and not partial:
         return "ok"
-    failure = (m.get("failure") or {}).get("class")
+    failure = (m.failure or {}).get("class")
     if state == "ok":
         return f"partial{partial}"
     return f"{state}{': ' + failure if failure else ''}{partial}"

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from moekit import rundir
 from moekit.observe import metrics, summary
 from moekit.observe.metrics import Metrics, MetricsError
+from moekit.run import records
 
 # Overrides that only place a run; they never distinguish one run from another in a report.
 PLACEMENT = ("run.dir=", "run.base_dir=", "run.name=", "cluster.coordinator_port=")
@@ -23,7 +22,7 @@ class Run:
     config: dict[str, Any]
     """The resolved moekit config the run used (config.yaml)."""
     versions: dict[str, str]
-    manifest: dict[str, Any]
+    manifest: records.Manifest
     metrics: Metrics
     summary: dict[str, Any]
     """observe.summary.summarize() of the metrics against the run's own hardware peaks."""
@@ -32,7 +31,7 @@ class Run:
 
     @property
     def overrides(self) -> list[str]:
-        return [o for o in self.manifest.get("overrides", []) if not o.startswith(PLACEMENT)]
+        return [o for o in self.manifest.overrides if not o.startswith(PLACEMENT)]
 
     @property
     def hardware(self) -> dict[str, Any]:
@@ -46,39 +45,37 @@ class Run:
 
     @property
     def date(self) -> str:
-        return str(self.manifest.get("started", ""))[:10] or "?"
+        return str(self.manifest.started or "")[:10] or "?"
 
 
-def _read_mapping(path: Path, loader) -> dict[str, Any]:
+def _read(read: Callable[[Path], Any], path: Path) -> Any:
     try:
-        data = loader(path.read_text(encoding="utf8"))
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise MetricsError(f"{path} is unreadable ({exc}); the run directory is damaged.") from None
-    if not isinstance(data, dict):
-        raise MetricsError(f"{path} does not hold a mapping; the run directory is damaged.")
-    return data
+        return read(path)
+    except records.Unreadable as exc:
+        raise MetricsError(f"{exc.path} is unreadable ({exc.why}); the run directory is damaged.") from None
 
 
 def load(path: Path) -> Run:
+    """The run directory at `path`, with its summary computed from its metrics; MetricsError when it is not one."""
     if not path.is_dir():
         raise MetricsError(f"{path} is not a directory: give run directories made by `moekit train`.")
-    cfg_path = path / rundir.CONFIG
-    if not cfg_path.is_file():
+    cfg = _read(records.read_config, path)
+    if cfg is None:
         raise MetricsError(
             f"{path} has no {rundir.CONFIG}: it is not a moekit run directory; give directories made by `moekit train`."
         )
-    cfg = _read_mapping(cfg_path, yaml.safe_load)
-    vers = _read_mapping(path / rundir.VERSIONS, json.loads) if (path / rundir.VERSIONS).is_file() else {}
-    manifest = _read_mapping(path / rundir.MANIFEST, json.loads) if (path / rundir.MANIFEST).is_file() else {}
+    vers = _read(records.read_versions, path)
+    manifest = _read(records.read_manifest, path) or records.Manifest(status="")
     m = metrics.read(path / rundir.METRICS)
     if not m.rows:
         raise MetricsError(f"{m.path} holds no completed step; nothing to report (see {path / rundir.LOG}).")
-    prof = _read_mapping(path / rundir.PROFILE, json.loads) if (path / rundir.PROFILE).is_file() else None
+    prof = _read(records.read_profile, path)
     return Run(path, cfg, vers, manifest, m, summarize(m, cfg, manifest), prof)
 
 
-def summarize(m: Metrics, cfg: dict[str, Any], manifest: dict[str, Any]) -> dict[str, Any]:
+def summarize(m: Metrics, cfg: dict[str, Any], manifest: records.Manifest | None) -> dict[str, Any]:
     """summary.summarize() with what the run's own records say: its peaks, checkpoint period and attempts."""
     peaks = cfg.get("hardware", {}).get("peak_tflops", {}) or {}
     every = int((cfg.get("checkpoint") or {}).get("every") or 0)
-    return summary.summarize(m, peaks, every, summary.attempt_starts(manifest.get("attempts") or [manifest]))
+    history = manifest.history() if manifest else [{}]
+    return summary.summarize(m, peaks, every, summary.attempt_starts(history))

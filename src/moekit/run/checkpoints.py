@@ -9,11 +9,10 @@ relaunches; the next-newest checkpoint is tried the same way.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-from moekit import attempts, rundir
+from moekit.run import attempts
+from moekit.run import records as records_
 
 CLASS = "corrupt_checkpoint"
 SET_ASIDE = "corrupt_checkpoints"
@@ -32,26 +31,24 @@ def set_aside(run: Path, run_name: str, step: int) -> Path:
     return dst
 
 
-def after_attempt(records: Path, run: Path, run_name: str) -> tuple[dict[str, Any], str, bool] | None:
+def after_attempt(records: Path, run: Path, run_name: str) -> tuple[records_.Manifest, str, bool] | None:
     """When the attempt just recorded in the manifest (in `records`, this launcher's folder of run directory
     `run`) failed restoring its checkpoint: set that checkpoint aside, note it in the manifest, and return
     (manifest, message, whether an older checkpoint is left to resume from). None when there is nothing to fall
     back from."""
-    path = records / rundir.MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf8"))
-    except (OSError, ValueError):
+    manifest = records_.try_manifest(records)
+    if manifest is None:
         return None
-    failure, step = manifest.get("failure") or {}, manifest.get("resumed_from_checkpoint")
+    failure, step = manifest.failure or {}, manifest.resumed_from_checkpoint
     if failure.get("class") != CLASS or step is None or not (run / run_name / "checkpoints" / str(step)).is_dir():
         return None
     moved = set_aside(run, run_name, step)
     older = attempts.latest_checkpoint(run, run_name)
     note = {"checkpoint": step, "moved_to": str(moved)}
-    manifest["failure"]["set_aside"] = note
-    if manifest.get("attempts"):
-        manifest["attempts"][-1].setdefault("failure", {})["set_aside"] = note
-    rundir.write_record(path, manifest)
+    manifest.failure["set_aside"] = note
+    if manifest.attempts:
+        manifest.attempts[-1].setdefault("failure", {})["set_aside"] = note
+    records_.write_manifest(records, manifest)
     message = f"moekit: the checkpoint of step {step} does not restore; it is kept aside in {moved}."
     if older is None:
         return manifest, message + " No older checkpoint is left: relaunch to start again from step 0.", False

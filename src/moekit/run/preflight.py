@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moekit import attempts, data_preflight, maxtext_validate, rundir
+from moekit import data_preflight, maxtext_validate, rundir
 from moekit import rendezvous as rz
 from moekit.config.checks import Problem
 from moekit.config.schema import Config
 from moekit.errors import MoekitError
-from moekit.run import xla_flags
+from moekit.run import attempts, xla_flags
 from moekit.te_gmm import preflight as te_gmm_preflight
 from moekit.translate import job as jobmod
 from moekit.translate.xla_flags import flag_entries

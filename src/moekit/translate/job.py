@@ -68,22 +68,13 @@ def processes(cfg: Config, environ: dict[str, str], rendezvous_timeout_s: int | 
     """
     timeout = rendezvous_timeout_s or cfg.cluster.rendezvous_timeout_s
     c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
-    if c.kind == "local":
-        if c.nodes != 1:
-            raise rz.RendezvousError(
-                f"cluster=local runs on one host but cluster.nodes={c.nodes}; use cluster=jobset or cluster=slurm."
-            )
-        found = rz.local(c.processes_per_node, c.coordinator_port, c.gpus_per_node, gpu)
-    elif c.kind == "jobset":
-        found = rz.from_jobset(environ, c.processes_per_node, c.gpus_per_node, gpu)
-    else:
-        found = rz.from_slurm(environ, c.coordinator_port, c.processes_per_node, c.gpus_per_node, gpu, c.task_layout)
-        if len(found) < cfg.num_processes and not cfg.run.dir:
-            raise rz.RendezvousError(
-                "this Slurm task starts only some of the job's processes, and without run.dir each task would "
-                "make a run directory of its own; give them one: run.dir=PATH (the rendered script sets "
-                "run.dir=<run.base_dir>/<experiment>/slurm-$SLURM_JOB_ID)."
-            )
+    found = rz.for_cluster(c, environ, gpu)
+    if c.kind == "slurm" and len(found) < cfg.num_processes and not cfg.run.dir:
+        raise rz.RendezvousError(
+            "this Slurm task starts only some of the job's processes, and without run.dir each task would "
+            "make a run directory of its own; give them one: run.dir=PATH (the rendered script sets "
+            "run.dir=<run.base_dir>/<experiment>/slurm-$SLURM_JOB_ID)."
+        )
     if found[0].num_processes != cfg.num_processes:
         raise rz.RendezvousError(
             f"the environment describes {found[0].num_processes} processes but the config {cfg.num_processes} "
@@ -103,15 +94,5 @@ def dry_run_processes(cfg: Config, environ: dict[str, str]) -> list[dict[str, st
         if cfg.cluster.nodes == 1:
             raise
     c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
-    node0 = [
-        rz.Rendezvous(
-            coordinator=f"<node-0>:{c.coordinator_port}",
-            num_processes=cfg.num_processes,
-            process_id=local,
-            node_rank=0,
-            local_rank=local,
-            local_device_ids=(local,) if gpu and c.processes_per_node > 1 else None,
-        )
-        for local in range(c.processes_per_node)
-    ]
+    node0 = rz.node0_placeholders(c, cfg.num_processes, gpu)
     return [rz.process_env(r, c.rendezvous_timeout_s) for r in node0]

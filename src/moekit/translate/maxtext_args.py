@@ -163,8 +163,3 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
         merged.pop(arg.key, None)
         merged[arg.key] = arg
     return list(merged.values())
-
-
-def command(cfg: Config, run_dir: str, metrics_file: str, python: str = "python3") -> list[str]:
-    """The full MaxText command line for one process."""
-    return [python, "-m", TRAIN_MODULE, *(a.render() for a in maxtext_args(cfg, run_dir, metrics_file))]

@@ -16,9 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from moekit import rundir, tuning
+from moekit.run import records
 
 # MaxText's compile-time memory estimate line (max_utils.print_compiled_memory_stats).
 _ESTIMATE = re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB")
@@ -50,7 +49,7 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
                     proc.wait()
             _reap(run_dir)
     wall = time.monotonic() - start
-    log = _tail(run_dir / "maxtext.log") + _tail(console)
+    log = _tail(run_dir / rundir.LOG) + _tail(console)
     result: dict[str, Any] = {
         "overrides": overrides,
         "run_dir": str(run_dir),
@@ -58,25 +57,26 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
         "returncode": proc.returncode,
         "wall_s": round(wall, 1),
     }
-    summary = _json(run_dir / "summary.json")
-    if not summary.get("steady_steps") and (run_dir / "metrics.jsonl").is_file():
-        summary = _summarize_partial(run_dir)  # stopped before moekit summarized: use the steps it logged
-    if summary.get("steady_steps"):
+    recorded = records.read_summary(run_dir) or records.Summary()
+    stats, provenance = recorded.stats, recorded.provenance or {}
+    if not recorded.steady and (run_dir / rundir.METRICS).is_file():
+        stats = _summarize_partial(run_dir)  # stopped before moekit summarized: use the steps it logged
+    if stats.get("steady_steps"):
         result |= {
-            "steps": summary["steps"],
-            "step_time_s": summary["step_time_s"]["median"],
-            "tflops_per_device": summary.get("tflops_per_device"),
-            "tokens_per_s_per_device": summary.get("tokens_per_s_per_device"),
-            "mfu_bf16": (summary.get("mfu") or {}).get("bf16"),
-            "losses": summary.get("losses", []),
-            "versions": (summary.get("provenance") or {}).get("versions"),
-            "date": (summary.get("provenance") or {}).get("date"),
+            "steps": stats["steps"],
+            "step_time_s": stats["step_time_s"]["median"],
+            "tflops_per_device": stats.get("tflops_per_device"),
+            "tokens_per_s_per_device": stats.get("tokens_per_s_per_device"),
+            "mfu_bf16": (stats.get("mfu") or {}).get("bf16"),
+            "losses": stats.get("losses", []),
+            "versions": provenance.get("versions"),
+            "date": provenance.get("date"),
         }
-    peak = _json(run_dir / "peak_memory.json")
+    peak = _json(run_dir / rundir.PEAK_MEMORY)
     if peak.get("peak_bytes_in_use"):
         result["peak_memory_gib"] = round(peak["peak_bytes_in_use"] / 2**30, 2)
         result["memory_limit_gib"] = round(peak.get("bytes_limit", 0) / 2**30, 2)
-    found = _ESTIMATE.findall(_tail(run_dir / "maxtext.log", 2_000_000))
+    found = _ESTIMATE.findall(_tail(run_dir / rundir.LOG, 2_000_000))
     if found:
         result["compiled_estimate_gib"] = round(float(found[-1]) * 1.0, 2)  # MaxText's "GB" are GiB (2**30)
     result["console"] = str(console)
@@ -91,7 +91,8 @@ def failure(run_dir: Path, console: str, status: str, timeout_s: float) -> dict[
     stopped before launching anything, the error it printed (a config the host cannot run, a busy run.dir)."""
     if status == "timeout":
         return {"class": "timeout", "title": "timed out", "evidence": f"still running after {timeout_s:g} s"}
-    recorded = _json(run_dir / "manifest.json").get("failure")
+    manifest = records.try_manifest(run_dir)
+    recorded = manifest.failure if manifest else None
     if recorded:
         return {k: str(recorded.get(k, "")) for k in ("class", "title", "evidence", "help")}
     refused = [ln.removeprefix("moekit: error: ") for ln in console.splitlines() if ln.startswith("moekit: error: ")]
@@ -105,9 +106,9 @@ def _summarize_partial(run_dir: Path) -> dict[str, Any]:
     from moekit.observe import metrics, rundata
 
     try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-        return rundata.summarize(metrics.read(run_dir / "metrics.jsonl"), cfg, _json(run_dir / "manifest.json"))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, metrics.MetricsError):
+        cfg = records.read_config(run_dir) or {}
+        return rundata.summarize(metrics.read(run_dir / rundir.METRICS), cfg, records.try_manifest(run_dir))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, metrics.MetricsError, records.Unreadable):
         return {}
 
 

@@ -17,10 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from moekit import rundir
 from moekit.errors import MoekitError
+from moekit.run import records
 
 ATTEMPTS = "attempts"
 LOCK = ".moekit.lock"
@@ -44,7 +43,7 @@ def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
-def check_reusable(run: Path, config: Mapping[str, Any], fix_new: str | None = None) -> dict[str, Any] | None:
+def check_reusable(run: Path, config: Mapping[str, Any], fix_new: str | None = None) -> records.Manifest | None:
     """Raise RunDirError unless `run` is new, empty or an unfinished run of the same config.
 
     Returns the previous manifest (None for a new directory). Reads only: nothing is written.
@@ -55,28 +54,26 @@ def check_reusable(run: Path, config: Mapping[str, Any], fix_new: str | None = N
         raise RunDirError(f"run.dir={run} is a file, not a directory; {fix_new}.")
     if not run.is_dir() or not [p for p in run.iterdir() if p.name not in (LOCK, rundir.LAUNCHERS)]:
         return None
-    manifest_path = run / rundir.MANIFEST
-    if not manifest_path.is_file():
+    try:
+        manifest = records.read_manifest(run)
+    except records.Unreadable as exc:
+        raise RunDirError(
+            f"{exc.path} is corrupt (not a moekit manifest), so run.dir={run} cannot be resumed; "
+            f"nothing was written to it. Fix: {fix_new}."
+        ) from None
+    if manifest is None:
         raise RunDirError(
             f"run.dir={run} is not empty and is not a moekit run directory (no {rundir.MANIFEST}); "
             f"nothing was written to it. Fix: {fix_new}."
         )
-    try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf8"))
-        status = manifest["status"]
-    except (ValueError, KeyError, TypeError):
-        raise RunDirError(
-            f"{manifest_path} is corrupt (not a moekit manifest), so run.dir={run} cannot be resumed; "
-            f"nothing was written to it. Fix: {fix_new}."
-        ) from None
-    if status == "ok":
+    if manifest.status == records.OK:
         raise RunDirError(
             f"run.dir={run} holds a finished run (status ok); it is never overwritten. Fix: {fix_new}, "
             "or `moekit report` it."
         )
     try:
-        before = yaml.safe_load((run / rundir.CONFIG).read_text(encoding="utf8"))
-    except (OSError, yaml.YAMLError):
+        before = records.read_config(run)
+    except records.Unreadable:
         before = None
     if not isinstance(before, Mapping):
         raise RunDirError(f"run.dir={run} has no readable {rundir.CONFIG}, so it cannot be resumed. Fix: {fix_new}.")
@@ -86,7 +83,7 @@ def check_reusable(run: Path, config: Mapping[str, Any], fix_new: str | None = N
         shown = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differ[:8])
         raise RunDirError(
             f"run.dir={run} holds an unfinished run of a different configuration ({shown}); its checkpoints "
-            f"would not fit. Fix: resume with the overrides it was started with ({manifest.get('overrides')}), "
+            f"would not fit. Fix: resume with the overrides it was started with ({manifest.overrides}), "
             f"or {fix_new}."
         )
     return manifest

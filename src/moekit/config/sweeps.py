@@ -1,0 +1,58 @@
+"""Sweep expansion, one grammar for every sweep: Hydra's override grammar (`moe=dense,ragged_dot`,
+`train.seq_len=range(128,513,128)`, `moe=glob(*)`, `choice(...)`), expanded to the cartesian product in the
+order given, as Hydra's basic sweeper does. Used by `moekit train -m`, `moekit tune --axis` and
+benchmarks/run_presets.py.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from moekit.config.compose import group_options
+from moekit.errors import ConfigError
+
+
+class _GroupOptions:
+    """What Hydra's glob() asks of a config loader: the options of a config group (conf/<group>/*.yaml)."""
+
+    def get_group_options(self, group_name: str, results_filter=None, config_name=None, overrides=None) -> list[str]:
+        return group_options(group_name)
+
+
+def _text(value) -> str:
+    """A swept value as override text; booleans as Hydra spells them (str(True) would be 'True')."""
+    from hydra.core.override_parser.types import Transformer
+
+    return ("true" if value else "false") if isinstance(value, bool) else Transformer.str(value)
+
+
+def expand(overrides: Sequence[str]) -> list[list[str]]:
+    """The override list of every run in the sweep (cartesian product of the sweeps, keys in given order)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create(config_loader=_GroupOptions()).parse_overrides(list(overrides))
+        axes: dict[str, list[str]] = {}
+        for o in parsed:
+            key = o.get_key_element()
+            if key in axes:
+                raise ConfigError(f"{key} is given twice in a multirun; give one value list (a=1,2).")
+            if o.is_sweep_override():
+                if not o.is_discrete_sweep():
+                    raise ConfigError(f"{key}: interval() sweeps need a search sweeper; list values (a=1,2) instead.")
+                axes[key] = [f"{key}={_text(v)}" for v in o.sweep_iterator()]
+            else:
+                axes[key] = [f"{key}={o.get_value_element_as_str()}"]
+    except HydraException as exc:
+        raise ConfigError(f"could not parse the multirun overrides: {str(exc).splitlines()[0]}") from None
+    if any(not values for values in axes.values()):
+        empty = [k for k, v in axes.items() if not v]
+        raise ConfigError(f"the sweep over {', '.join(empty)} matches no option; check the glob() pattern.")
+    return [list(combo) for combo in itertools.product(*axes.values())]
+
+
+def is_sweep(overrides: Sequence[str]) -> bool:
+    """Whether the overrides name more than one run."""
+    return len(expand(overrides)) > 1

@@ -1,0 +1,385 @@
+"""One run from a composed, checked config to its finished run directory: probes, records, processes, attempts.
+
+`train(cfg)` is the seam every command uses (train, multirun, verify): it runs the host probes, takes the run
+directory (new, or an unfinished one of the same config to resume), launches one process per device group
+through moekit.launch, follows their output, and records each attempt's outcome. When an attempt failed
+restoring a damaged checkpoint it is set aside and the run relaunched from the one before (run.checkpoints).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import itertools
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from moekit import failures, launch, redact, rundir, worker
+from moekit import rendezvous as rz
+from moekit.config.schema import Config
+from moekit.observe import metrics, profile, progress, summary
+from moekit.run import attempts, checkpoints, preemption, preflight, records, view, watchdog
+from moekit.translate import job as jobmod
+from moekit.versions import versions
+
+# Inherited variables that change how a run behaves, recorded (redacted) in job.json for reproduction.
+RECORDED_ENV_PREFIXES = ("JAX_", "XLA_", "NCCL_", "NVTE_", "TF_", "CUDA_", "HF_", "MOEKIT_", "LIBTPU_")
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended: the exit status `moekit train` returns, its run directory and this launcher's records."""
+
+    returncode: int
+    run_dir: Path
+    records: Path
+
+    @property
+    def ok(self) -> bool:
+        """Whether the run finished without a failure."""
+        return self.returncode == 0
+
+
+def dry_run(cfg: Config, environ: dict[str, str] | None = None, fmt: str = "text") -> str:
+    """What `train` would launch (config, MaxText command, XLA flags, env, per-process env, host probes), as text
+    or JSON, secrets redacted. Launches nothing; host probes that are fatal on the target host still raise."""
+    environ = dict(environ if environ is not None else os.environ)
+    names = view.secret_names(cfg)
+    scrub = redact.Scrubber(redact.secret_values(environ, cfg.to_dict(), names))
+    config_view = redact.redact_tree(cfg.to_dict(), names)
+    checked = preflight.ensure(cfg, preflight.Host(environ, config_view), dry_run=True)  # as the real run does
+    configured = rundir.configured_dir(cfg)
+    placeholder = str(rundir.absolute(configured, Path.cwd())) if configured else "<run.dir>"
+    job = view.redacted_job(jobmod.build(cfg, placeholder, f"{placeholder}/{rundir.METRICS}"), names)
+    shown = view.describe(cfg, job, jobmod.dry_run_processes(cfg, environ)) | {"config": config_view}
+    shown["preflight"] = checked.to_dict()
+    return scrub(json.dumps(shown, indent=2) if fmt == "json" else view.format_text(shown, job, checked))
+
+
+def train(
+    cfg: Config,
+    overrides: Sequence[str] = (),
+    environ: dict[str, str] | None = None,
+    phase: progress.Phases | None = None,
+) -> RunResult:
+    """Run `cfg` (composed and checked) to its end, resuming an unfinished run in run.dir.
+
+    `overrides` are what the user typed, recorded (redacted) in the manifest and job.json; `environ` is the
+    environment the processes inherit (default: this process's). Host probes fail before anything is written.
+    """
+    environ = dict(environ if environ is not None else os.environ)
+    phase = phase or progress.Phases()
+    now = datetime.now(UTC)
+    names = view.secret_names(cfg)
+    scrub = redact.Scrubber(redact.secret_values(environ, cfg.to_dict(), names))
+    config_view = redact.redact_tree(cfg.to_dict(), names)
+    shown_overrides = [scrub(o) for o in redact.redact_assignments(list(overrides), names)]
+    preflight.ensure(cfg, preflight.Host(environ, config_view))
+
+    procs = jobmod.processes(cfg, environ)
+    first_process = int(procs[0].get(rz.PROCESS_ID, 0))
+    with rundir.records_before_launch(Path(rundir.configured_dir(cfg) or cfg.run.base_dir)):
+        root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), first_process)
+    ctx = _Run(cfg, root, run, procs, environ, shown_overrides, config_view, scrub, phase)
+    with attempts.locked(run):
+        while True:
+            rc = _attempt(ctx, previous, now)
+            fallback = checkpoints.after_attempt(run, root, cfg.run_name)
+            if fallback is None:
+                return RunResult(rc, root, run)
+            previous, message, again = fallback
+            print(message, file=sys.stderr, flush=True)
+            if not again:
+                return RunResult(rc, root, run)
+            now = datetime.now(UTC)
+
+
+def placed(cfg: Config, where: Path) -> Config:
+    """`cfg` with run.dir=`where`: what composing with that override gives (no check depends on run.dir), without
+    composing again. Commands that choose the run directory themselves (multirun, verify) use it."""
+    return cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": str(where)})})
+
+
+def resolve_run_dir(
+    cfg: Config, now: datetime, config_view: dict[str, Any], cwd: Path, first_process: int = 0
+) -> tuple[Path, Path, records.Manifest | None]:
+    """(run directory, this launcher's records in it, previous manifest when it names an unfinished run of this config).
+
+    Paths are made absolute here, before MaxText sees them (Orbax refuses relative checkpoint paths).
+    """
+    configured = rundir.configured_dir(cfg)
+    if configured:
+        run = rundir.absolute(configured, cwd)
+        records_dir = rundir.for_launcher(run, first_process)
+        fix = None if cfg.run.dir else "choose a new cluster.name (the run directory is named after it) or a run.dir"
+        previous = attempts.check_reusable(records_dir, config_view, fix)
+        records_dir.mkdir(parents=True, exist_ok=True)
+        return run, records_dir, previous
+    run = rundir.new_run_dir(rundir.absolute(cfg.run.base_dir, cwd), cfg.experiment_name, now)
+    records_dir = rundir.for_launcher(run, first_process)
+    records_dir.mkdir(parents=True, exist_ok=True)
+    return run, records_dir, None
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What every attempt of one run shares."""
+
+    cfg: Config
+    root: Path  # the run directory (checkpoints live here, for every launcher)
+    run: Path  # this launcher's records in it
+    procs: list[dict[str, str]]
+    environ: dict[str, str]
+    shown_overrides: list[str]
+    config_view: dict[str, Any]
+    scrub: redact.Scrubber
+    phase: progress.Phases
+
+
+def _history(previous: records.Manifest | None) -> list[dict[str, Any]]:
+    """Earlier attempts' outcomes; an attempt whose moekit died before recording one is recorded as killed."""
+    history = [*(previous.attempts if previous else [])]
+    if previous and previous.status == records.RUNNING:  # the last attempt's moekit died before recording
+        history.append(
+            {
+                "attempt": previous.attempt or len(history) + 1,
+                "started": previous.started,
+                "status": "failed",
+                "failure": {
+                    "class": failures.KILLED.name,
+                    "evidence": "moekit ended without recording an outcome (SIGKILL, node loss or OOM kill)",
+                },
+            }
+        )
+    return history
+
+
+def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int:
+    """One launch of the run's processes, recorded before and after; returns moekit train's exit status."""
+    cfg, run, names = ctx.cfg, ctx.run, view.secret_names(ctx.cfg)
+    with rundir.records_before_launch(run):
+        attempt = attempts.set_aside(run)
+    resume_step = attempts.latest_checkpoint(ctx.root, cfg.run_name)
+    metrics_path = run / rundir.METRICS
+    job = jobmod.build(cfg, str(ctx.root), str(metrics_path))  # one checkpoint set for all launchers, in the run dir
+    shown = view.describe(cfg, view.redacted_job(job, names), ctx.procs)
+    inherited = {k: v for k, v in sorted(ctx.environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
+    job_record = records.JobRecord(
+        **{k: shown[k] for k in ("maxtext_command", "maxtext_args", "xla_flags", "env", "processes")},
+        inherited_env=redact.redact_tree(inherited, names),
+        overrides=ctx.shown_overrides,
+    )
+    vers = versions()
+    history = _history(previous)
+    manifest = records.Manifest(
+        status=records.RUNNING,
+        experiment=cfg.experiment_name,
+        started=now.isoformat(),
+        overrides=ctx.shown_overrides,
+        attempt=attempt,
+        resumed_from_checkpoint=resume_step,
+        attempts=history,
+    )
+    with rundir.records_before_launch(run):  # a full disk or a vanished folder stops here, before any launch
+        records.write_before_launch(run, ctx.config_view, job_record, vers, manifest, ctx.scrub)
+    resumed = f", resuming from the checkpoint of step {resume_step}" if resume_step is not None else ""
+    again = f" (attempt {attempt}{resumed})" if attempt > 1 else ""
+    print(
+        f"moekit: {cfg.experiment_name} -> {run}{again}  ({len(ctx.procs)} process(es), {cfg.num_devices} device(s))",
+        flush=True,
+    )
+
+    specs = _specs(ctx, job, names)
+    outcome, notice = _launch(ctx, specs)
+
+    unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
+    _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
+    failure: failures.Failure | None = None
+    last, saved = preemption.last_step(metrics_path), attempts.latest_checkpoint(ctx.root, cfg.run_name)
+    with _log_lines(specs[0].log, outcome, 0) as lines:
+        stopped = preemption.stop(notice, outcome.ended_at, last, resume_step, saved, lines)
+    if stopped is not None:
+        failure = stopped.failure(128 + (notice.signum or signal.SIGTERM))
+    elif outcome.hang is not None:
+        failure = watchdog.failure(outcome.hang, outcome.stacks, 128 + signal.SIGKILL)
+    elif outcome.failed_rank is not None:
+        rank = outcome.failed_rank
+        with _log_lines(specs[rank].log, outcome, rank) as lines:  # the whole log: a full disk may be far up
+            failure = failures.classify(outcome.returncodes[rank], lines)
+
+    stats: dict[str, Any] = {}
+    if metrics_path.is_file():
+        peaks = cfg.hardware.peak_tflops.model_dump()
+        starts = summary.attempt_starts([*history, {"resumed_from_checkpoint": resume_step}])
+        stats = (
+            _survive(
+                unrecorded,
+                "the metrics summary",
+                lambda: summary.summarize(metrics.read(metrics_path), peaks, cfg.checkpoint.every, starts),
+            )
+            or {}
+        )
+    record = records.Summary(
+        experiment=cfg.experiment_name,
+        run_dir=str(run),
+        hardware=cfg.hardware.name,
+        devices=cfg.num_devices,
+        provenance={
+            "kind": "measured",
+            "date": now.date().isoformat(),
+            "hardware": cfg.hardware.name,
+            "host": vers.get("host"),
+            "versions": vers,
+        },
+        peak_tflops=cfg.hardware.peak_tflops.model_dump(),
+        peak_source=cfg.hardware.peak_source,
+        wall_s=round(outcome.wall_s, 2),
+        stats=stats,
+    )
+    _survive(unrecorded, rundir.SUMMARY, records.write_summary, run, record)
+    _record_outcome(manifest, outcome, failure, unrecorded, stopped)
+    _survive(unrecorded, rundir.MANIFEST, records.write_manifest, run, manifest)
+    for problem in [e for e in outcome.log_errors if e] + unrecorded:
+        print(f"moekit: warning: {problem}", file=sys.stderr)
+    if record.steady:
+        print(summary.format_summary(stats, cfg.hardware.name, cfg.hardware.peak_source))
+    if cfg.profile.enabled:
+        first = cfg.profile.skip_steps + (resume_step or 0)
+        print(profile.report_run(run, first, cfg.profile.steps, record.provenance))
+    if failure is None:
+        print(f"moekit: run directory {run}")
+        return 0
+    if stopped is not None:
+        resume = f"the same command with run.dir={ctx.root}"
+        print(f"moekit: preempted: {failure.evidence}. Resume: {resume}", file=sys.stderr)
+        return failure.returncode
+    _report_failure(failure, outcome, specs, ctx.root)
+    return 1
+
+
+def _record_outcome(
+    manifest: records.Manifest,
+    outcome: launch.Outcome,
+    failure: failures.Failure | None,
+    unrecorded: list[str],
+    stopped: preemption.Stop | None = None,
+) -> None:
+    """Turn the running manifest into the finished one: status, exit codes, failure, and this attempt's entry."""
+    manifest.status = records.OK if failure is None else records.PREEMPTED if stopped else records.FAILED
+    manifest.ended = datetime.now(UTC).isoformat()
+    manifest.returncodes = outcome.returncodes
+    manifest.failed_rank = outcome.failed_rank
+    manifest.failure = failure.to_dict() if failure else None
+    manifest.preemption = stopped.to_dict() if stopped is not None else None
+    if any(outcome.log_errors) or unrecorded:
+        manifest.incomplete = [e for e in outcome.log_errors if e] + unrecorded
+    kept = (*records.Manifest._OUTCOME, "preemption", "incomplete")
+    status = {k: v for k, v in manifest.to_dict().items() if k in kept}
+    this = {
+        "attempt": manifest.attempt,
+        "started": manifest.started,
+        "resumed_from_checkpoint": manifest.resumed_from_checkpoint,
+        **status,
+    }
+    manifest.attempts = [*manifest.attempts, this]
+
+
+def _specs(ctx: _Run, job: jobmod.Job, names: list[str]) -> list[launch.ProcessSpec]:
+    """One process per entry of ctx.procs: argv without secret values (they travel in the env), env, log file."""
+    specs = []
+    secret_keys = {a.key for a in job.args if redact.is_secret_name(a.key, names)}
+    for penv in ctx.procs:
+        pid = int(penv.get(rz.PROCESS_ID, 0))
+        log = ctx.run / jobmod.per_process(rundir.LOG, pid)
+        argv, secret_env = worker.hide_secrets(job.argv(pid), secret_keys)
+        env = ctx.environ | job.env_dict | penv | secret_env | {worker.LAUNCHER_PID: str(os.getpid())}
+        env |= {worker.STACKS: str(ctx.run / jobmod.per_process(watchdog.STACKS, pid))}
+        env |= {worker.PREEMPTIBLE: "1"} if ctx.cfg.checkpoint.every else {}
+        specs.append(launch.ProcessSpec(argv, env, log))
+    return specs
+
+
+def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome, preemption.Notice]:
+    """Run the processes to their end, showing phases and step progress. A signal to moekit is passed on to the
+    workers (they save at the next step when they can: run/preemption.py); the watchdog stops a stalled run."""
+    started = time.monotonic()
+    tty = sys.stdout.isatty()
+    cfg, phase, steps = ctx.cfg, ctx.phase, ctx.cfg.train.steps
+    watch = watchdog.Watchdog(cfg.run.stall_timeout_s, started)
+
+    def on_line(line: str) -> None:
+        for p in progress.parse_phase(line):
+            phase(p)
+        s = progress.parse(line)
+        if s is not None:
+            watch.step_done()
+            text = progress.format_progress(s, steps, time.monotonic() - started)
+            print(("\r" + text) if tty else text, end="" if tty else "\n", flush=True)
+
+    phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
+    scrub = ctx.scrub
+    stacks = [ctx.run / jobmod.per_process(watchdog.STACKS, int(p.get(rz.PROCESS_ID, 0))) for p in ctx.procs]
+    with preemption.Notice(saves=cfg.checkpoint.every > 0) as notice:
+        outcome = launch.run(
+            specs,
+            on_line,
+            scrub=scrub if scrub else None,
+            notice=notice,
+            stop_grace_s=cfg.cluster.signal_grace_s,
+            watch=watch,
+            stack_files=stacks,
+        )
+    if tty:
+        print()
+    return outcome, notice
+
+
+def _report_failure(failure: failures.Failure, outcome: launch.Outcome, specs: list, run: Path) -> None:
+    who = (
+        f"process {outcome.failed_rank} exited {failure.returncode}"
+        if outcome.failed_rank is not None
+        else "stopped before the processes ended"
+    )
+    print(f"moekit: training failed: {failure.title} ({who})", file=sys.stderr)
+    print(f"  evidence: {failure.evidence}", file=sys.stderr)
+    print(f"  causes and fixes: {failure.doc}", file=sys.stderr)
+    print(f"  run directory (resume with run.dir={run}): {run}", file=sys.stderr)
+    if outcome.failed_rank is not None:
+        log = specs[outcome.failed_rank].log
+        with _log_lines(log, outcome, outcome.failed_rank) as lines:
+            tail = list(collections.deque((ln.rstrip("\n") for ln in lines), maxlen=15))
+        print(f"  log: {log}", file=sys.stderr)
+        print("\n".join("  | " + t for t in tail), file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _log_lines(log: Path, outcome: launch.Outcome, rank: int) -> Iterator[Iterable[str]]:
+    """Every line a process wrote: its log file, then what could not be written to it (and why)."""
+    unlogged = outcome.unlogged[rank] if outcome.unlogged else []
+    error = [f"moekit: {outcome.log_errors[rank]}"] if outcome.log_errors and outcome.log_errors[rank] else []
+    try:
+        fh = open(log, encoding="utf8", errors="replace")
+    except OSError:
+        fh = None
+    try:
+        yield itertools.chain(fh or (), unlogged, error)
+    finally:
+        if fh is not None:
+            fh.close()
+
+
+def _survive(problems: list[str], what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args); an OSError (a full disk) is noted in `problems` instead of ending moekit before it records."""
+    try:
+        return fn(*args)
+    except OSError as exc:
+        problems.append(f"could not record {what}: {exc}")
+        return None

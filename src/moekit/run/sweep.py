@@ -1,0 +1,76 @@
+"""`moekit train -m ...`: a Hydra sweep, one run directory per run, then one combined report.
+
+The sweep's runs come from moekit.config.sweeps (Hydra's grammar). Every run is composed and checked once,
+before the first one starts; each is then trained through run.execute.train in <folder>/<index>.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+from moekit import redact, rundir
+from moekit.config.checks import ensure_valid, format_warnings, warnings
+from moekit.config.compose import compose
+from moekit.config.sweeps import expand
+from moekit.errors import ConfigError
+from moekit.observe import report_file
+from moekit.run import execute, preflight, view
+
+SWEEP = "sweep.json"  # the sweep's runs: overrides, run directory, exit status
+
+
+def sweep_dir(runs: list[list[str]], base_dir: str, now: datetime) -> tuple[Path, list[list[str]]]:
+    """run.dir= names the sweep's folder (each run goes into <folder>/<index>); by default <run.base_dir>/multirun/."""
+    dirs = {o for r in runs for o in r if o.startswith("run.dir=")}
+    if len(dirs) > 1:
+        raise ConfigError("run.dir cannot be swept: it names the folder that holds the sweep's runs.")
+    runs = [[o for o in r if not o.startswith("run.dir=")] for r in runs]
+    if dirs:
+        path = Path(dirs.pop().removeprefix("run.dir="))
+        path.mkdir(parents=True, exist_ok=True)
+        if any(path.iterdir()):
+            raise ConfigError(f"{path} is not empty; a sweep needs a new folder (run directories are never reused).")
+        return path, runs
+    return rundir.new_run_dir(Path(base_dir), "multirun", now), runs
+
+
+def run_sweep(overrides: Sequence[str], dry_run: bool = False) -> int:
+    """Expand, compose and check every run, then train them one after another and report on those that ran."""
+    runs = expand(overrides)
+    configs = [ensure_valid(compose(r)) for r in runs]  # every configuration error before anything starts
+    if dry_run:  # and, as each run's own --dry-run does, the host probes
+        print(f"# multirun: {len(runs)} run(s)")
+        for i, (r, cfg) in enumerate(zip(runs, configs, strict=True)):
+            shown = redact.redact_tree(cfg.to_dict(), view.secret_names(cfg))
+            try:
+                checked = preflight.ensure(cfg, preflight.Host(dict(os.environ), shown), dry_run=True)
+            except preflight.PreflightError as exc:
+                raise preflight.PreflightError(f"run [{i}] ({' '.join(redact.redact_assignments(r))}): {exc}") from None
+            print(f"[{i}] {' '.join(redact.redact_assignments(r))}" + (f"\n{checked.text()}" if checked.found else ""))
+        return 0
+    folder, runs = sweep_dir(runs, configs[0].run.base_dir, datetime.now(UTC))
+    print(f"moekit: multirun of {len(runs)} run(s) -> {folder}", flush=True)
+    record: list[dict] = []
+    for i, (r, cfg) in enumerate(zip(runs, configs, strict=True)):
+        where = folder / str(i)
+        shown = redact.redact_assignments(r, cfg.run.secrets)  # never print or record a secret
+        print(f"moekit: [{i}/{len(runs)}] {' '.join(shown)}", flush=True)
+        if found := warnings(cfg):
+            print(format_warnings(found), file=sys.stderr)
+        rc = execute.train(execute.placed(cfg, where), [*r, f"run.dir={where}"]).returncode
+        record.append({"index": i, "overrides": shown, "run_dir": str(where), "returncode": rc})
+        rundir.write_json(folder / SWEEP, record)
+    done = [Path(e["run_dir"]) for e in record if (Path(e["run_dir"]) / rundir.METRICS).is_file()]
+    if done:
+        path, shown, _ = report_file.write_report(done, folder)
+        print(shown)
+        print(f"moekit: combined report {path}")
+    failed = [e for e in record if e["returncode"] != 0]
+    for e in failed:
+        print(f"moekit: run {e['index']} ({' '.join(e['overrides'])}) failed with exit {e['returncode']}")
+    print(f"moekit: multirun {len(runs) - len(failed)} of {len(runs)} ok; runs listed in {folder / SWEEP}")
+    return 1 if failed else 0
