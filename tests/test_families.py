@@ -203,7 +203,7 @@ def test_every_family_climbs_the_ladder(case, ladder_verdicts):
         assert ladder_verdicts[case] is None, ladder_verdicts[case]
     else:
         assert ladder_verdicts[case] is not None
-    steps = {"0": "ragged_dot", "1": "tokamax", "5": "te"}
+    steps = {"0": "ragged_dot", "1": "te_gmm", "5": "te"}
     assert cfg.moe.backend == steps.get(rung[0], cfg.moe.backend)
     if rung >= "3":
         assert cfg.precision.name == cfg.hardware.low_precision != "bf16"
