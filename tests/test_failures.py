@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, moekit
-from moekit import failures, launch
+from moekit import failures
 from moekit import rendezvous as rz
+from moekit.run import launch
 
 OOM_XLA = (
     "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "

@@ -2,7 +2,7 @@
 
 Rooms (README "Layout"): the pure layers config, translate, render, plan and observe; the run lifecycle (run/,
 with run/records.py the leaf every reader of a run directory shares); the commands; the effects at the edge
-(rundir, rendezvous, launch, worker, failures, ...). Lazy imports inside functions count like any other.
+(rundir, rendezvous, worker, failures, ...). Lazy imports inside functions count like any other.
 """
 
 from __future__ import annotations
@@ -132,6 +132,6 @@ def test_records_is_a_leaf_and_pure_layers_never_reach_run():
         ("moekit.run.records", "moekit.run.execute"),
         ("moekit.render.jobset", "moekit.run.preflight"),
         ("moekit.plan.memory", "moekit.commands.plan"),
-        ("moekit.launch", "moekit.run.execute"),
+        ("moekit.worker", "moekit.run.execute"),
     }
     assert len(violations(synthetic)) == 4

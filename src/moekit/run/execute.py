@@ -22,11 +22,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from moekit import failures, launch, redact, rundir, worker
+from moekit import failures, redact, rundir, worker
 from moekit import rendezvous as rz
 from moekit.config.schema import Config
 from moekit.observe import metrics, profile, progress, summary
-from moekit.run import attempts, checkpoints, preemption, preflight, records, view, watchdog
+from moekit.run import attempts, checkpoints, launch, preemption, preflight, records, view, watchdog
 from moekit.translate import job as jobmod
 from moekit.versions import versions
 
