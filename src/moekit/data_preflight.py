@@ -12,6 +12,7 @@ import json
 import os
 import socket
 from dataclasses import dataclass
+from pathlib import Path
 
 from moekit import maxtext_files
 from moekit.config.checks import Problem
@@ -170,3 +171,11 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
             )
         )
     return out, Found(files, path, vocab)
+
+
+def found_text(cfg: Config, found: Found) -> str:
+    """What the data check saw, one line (printed before launch)."""
+    files = f"{len(found.files)} {cfg.data.format} file(s)" if found.files else "remote files (not checked here)"
+    tokens = f"{found.vocab:,} tokens" if found.vocab is not None else "?"
+    name = Path(found.tokenizer_path).name if found.tokenizer_path else "?"
+    return f"data: {files}, column {cfg.data.column!r}; tokenizer {name} ({tokens})"

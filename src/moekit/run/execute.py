@@ -82,7 +82,8 @@ def train(
     scrub = redact.Scrubber(redact.secret_values(environ, cfg.to_dict(), names))
     config_view = redact.redact_tree(cfg.to_dict(), names)
     shown_overrides = [scrub(o) for o in redact.redact_assignments(list(overrides), names)]
-    preflight.ensure(cfg, preflight.Host(environ, config_view))
+    for note in preflight.ensure(cfg, preflight.Host(environ, config_view)).notes:
+        print(f"moekit: {note}", flush=True)
 
     procs = jobmod.processes(cfg, environ)
     first_process = int(procs[0].get(rz.PROCESS_ID, 0))

@@ -49,7 +49,8 @@ class Host:
 @dataclass(frozen=True, slots=True)
 class Probe:
     name: str
-    check: Callable[[Config, Host], Iterator[Problem]]
+    check: Callable[[Config, Host], Iterator[Problem | str]]
+    """Yields the problems it finds, and notes (str) of what it saw when all is well."""
     costly: bool = False
     """Takes seconds (a subprocess); on the target it runs only when the other probes found nothing."""
 
@@ -182,10 +183,14 @@ def te_gmm_ready(cfg: Config, host: Host) -> Iterator[Problem]:
         yield Problem("moe=te_gmm", what, fix)
 
 
-def data_ready(cfg: Config, host: Host) -> Iterator[Problem]:
-    """data=hf|grain: the files are where this host can see them, the tokenizer loads and fits the model."""
+def data_ready(cfg: Config, host: Host) -> Iterator[Problem | str]:
+    """data=hf|grain: the files are where this host can see them, the tokenizer loads and fits the model (and,
+    when they do, a note of what was found)."""
     if cfg.data.dataset_type in ("hf", "grain"):
-        yield from data_preflight.problems(cfg)[0]
+        found, seen = data_preflight.problems(cfg)
+        yield from found
+        if not found:
+            yield data_preflight.found_text(cfg, seen)
 
 
 def xla_flags_known(cfg: Config, host: Host) -> Iterator[Problem]:
@@ -307,6 +312,8 @@ class Report:
     """(probe name, problem)."""
     skipped: list[str] = field(default_factory=list)
     """Costly probes not run because others had already found a problem."""
+    notes: list[str] = field(default_factory=list)
+    """What probes found worth saying when all is well (e.g. the data files and tokenizer seen)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -314,6 +321,7 @@ class Report:
             "why": self.why,
             "problems": [{"probe": n, "key": p.key, "what": p.what, "fix": p.fix} for n, p in self.found],
             "skipped": self.skipped,
+            "notes": self.notes,
         }
 
     def text(self) -> str:
@@ -333,7 +341,11 @@ def run(cfg: Config, host: Host, dry_run: bool = False) -> Report:
         if probe.costly and fatal and report.found:
             report.skipped.append(probe.name)
             continue
-        report.found += [(probe.name, p) for p in probe.check(cfg, host)]
+        for item in probe.check(cfg, host):
+            if isinstance(item, str):
+                report.notes.append(item)
+            else:
+                report.found.append((probe.name, item))
     return report
 
 

@@ -69,4 +69,5 @@ def format_text(view: dict[str, Any], job: jobmod.Job, checked: preflight.Report
     out += [f"  [{i}] {json.dumps(p, sort_keys=True)}" for i, p in enumerate(view["processes"])]
     where = "this host is the target" if checked.target else "this host is not the target, so nothing here is fatal"
     out += ["", f"# preflight ({where}: {checked.why})", checked.text() or "  every host probe passed"]
+    out += [f"  {note}" for note in checked.notes]
     return "\n".join(out)
