@@ -90,6 +90,8 @@ def test_written_preset_composes_to_the_winning_config(tmp_path, monkeypatch):
     assert tuned.moe == direct.moe and tuned.train == direct.train and tuned.maxtext == direct.maxtext
     assert tuned.experiment_name == "smoke_tuned"
     assert tuned.expect.provenance.kind == "measured" and tuned.expect.step_time_s == 1.25
+    assert "/runs" not in (conf / "experiment" / "smoke_tuned.yaml").read_text()  # no machine path in the preset
+    assert "candidate c1 of the sweep" in tuned.expect.provenance.source
 
 
 def test_invalid_candidates_stop_the_sweep_before_any_run(tmp_path):
@@ -101,8 +103,9 @@ def test_invalid_candidates_stop_the_sweep_before_any_run(tmp_path):
 @pytest.mark.integration
 def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path):
     """Real CPU trainings: the base (also the loss reference), an equivalent path, a learning rate 1000x
-    larger (trains, but its losses leave the reference's), a key MaxText rejects (the run fails) and hardware
-    this host lacks (moekit train refuses it before launching). Then the printed instructions, run as printed."""
+    larger (trains, but its losses leave the reference's), a key MaxText rejects and hardware this host lacks
+    (moekit train refuses both before launching: MaxText's validator and the GPU probe). Then the printed
+    instructions, run as printed."""
     conf = tmp_path / "conf"  # the printed `cp` installs the preset here, not in this checkout
     shutil.copytree(REPO / "conf", conf)
     env = {"MOEKIT_CONF_DIR": str(conf), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -124,16 +127,17 @@ def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path
     assert by["(base)"]["accepted"] and by["moe=dense"]["accepted"]
     assert by["train.learning_rate=0.03"]["status"] == "ok" and not by["train.learning_rate=0.03"]["accepted"]
     bad_key, no_gpu = by["maxtext.extra.no_such_maxtext_key=1"], by["hardware=h200"]
-    assert bad_key["status"] == "failed" and bad_key["failure"]["class"] == "configuration_error"
+    assert bad_key["status"] == "failed" and bad_key["failure"]["class"] == "refused"
+    assert "MaxText has no key 'no_such_maxtext_key'" in bad_key["failure"]["evidence"]
     assert no_gpu["status"] == "failed" and no_gpu["failure"]["class"] == "refused"
-    assert "hardware=h200 needs NVIDIA GPUs" in no_gpu["failure"]["evidence"]
+    assert "hardware=h200: needs NVIDIA GPUs" in no_gpu["failure"]["evidence"]
     # The table names each failure's class; the lines below it give the evidence.
     row = next(
         line for line in proc.stdout.splitlines() if "`experiment=smoke precision=fp32 train.steps=3 hardware" in line
     )
     assert "| failed | refused before launch |" in row
-    assert "evidence: hardware=h200 needs NVIDIA GPUs" in proc.stdout
-    assert f"evidence: {bad_key['failure']['evidence']}" in proc.stdout and "configuration error" in proc.stdout
+    assert "evidence: [GPUs] hardware=h200: needs NVIDIA GPUs" in proc.stdout
+    assert f"evidence: {bad_key['failure']['evidence']}" in proc.stdout
     assert record["winner"] in (by["(base)"]["overrides"], by["moe=dense"]["overrides"])
     preset = yaml.safe_load((out / "smoke_tuned.yaml").read_text())
     assert preset["experiment_name"] == "smoke_tuned" and preset["expect"]["provenance"]["kind"] == "measured"
@@ -161,4 +165,5 @@ def test_every_sweep_gets_a_new_folder(tmp_path):
     second = moekit(*args, timeout=300)
     assert second.returncode == 1
     assert len(list((tmp_path / "again").iterdir())) == 2 and (folder / "tune.json").read_text() == before
-    assert "refused before launch" in second.stdout and "evidence: hardware=h200 needs NVIDIA GPUs" in second.stdout
+    assert "refused before launch" in second.stdout
+    assert "evidence: [GPUs] hardware=h200: needs NVIDIA GPUs" in second.stdout

@@ -95,9 +95,13 @@ def failure(run_dir: Path, console: str, status: str, timeout_s: float) -> dict[
     recorded = manifest.failure if manifest else None
     if recorded:
         return {k: str(recorded.get(k, "")) for k in ("class", "title", "evidence", "help")}
-    refused = [ln.removeprefix("moekit: error: ") for ln in console.splitlines() if ln.startswith("moekit: error: ")]
-    if refused:
-        return {"class": "refused", "title": "refused before launch", "evidence": refused[-1].strip()[:300]}
+    lines = console.splitlines()
+    at = [i for i, ln in enumerate(lines) if ln.startswith("moekit: error: ")]
+    if at:
+        # A list of problems follows its heading ("N problem(s) ...:"): the problems are the evidence.
+        listed = [ln.strip().removeprefix("- ") for ln in lines[at[-1] + 1 :] if ln.startswith("  - ")]
+        evidence = "; ".join(listed) or lines[at[-1]].removeprefix("moekit: error: ")
+        return {"class": "refused", "title": "refused before launch", "evidence": evidence.strip()[:300]}
     last = next((ln.strip()[:300] for ln in reversed(console.splitlines()) if ln.strip()), "no output")
     return {"class": "error", "title": "ended without a record", "evidence": last}
 
