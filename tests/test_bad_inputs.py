@@ -247,9 +247,9 @@ CASES = [
     (
         "hf-without-path",
         [*S, "data.dataset_type=hf"],
-        "maxtext.extra.hf_path",
-        "hf_path can't be empty when dataset_type=hf",
-        "set maxtext.extra.hf_path=VALUE",
+        "data.files",
+        "data=hf reads files, but data.files is not set",
+        "data.files='/path/to/train-*.parquet'",
     ),
     # run directories (train run.dir=...)
     ("run-dir-is-file", [*S, "run.dir={tmp}/a-file"], "run.dir", "is a file, not a directory", "run.dir unset"),

@@ -93,12 +93,17 @@ def run_dir_usable(cfg: Config, host: Host) -> Iterator[Problem]:
         yield Problem(key, f"the file system of {where} has no free space left", f"free space there, or {fix}")
         return
     if configured:
+        try:  # the launchers of one job share run.dir; each owns its records (launchers/<first process>/)
+            first = int(jobmod.processes(cfg, dict(host.environ))[0].get(rz.PROCESS_ID, 0))
+        except rz.RendezvousError:
+            first = 0  # rendezvous_env reports it
+        records = rundir.for_launcher(path, first)
         try:
-            attempts.check_reusable(path, host.config_view)
+            attempts.check_reusable(records, host.config_view)
         except attempts.RunDirError as exc:
             yield Problem(key, str(exc), "")
             return
-        lock = path / attempts.LOCK
+        lock = records / attempts.LOCK
         if lock.is_file():  # a dry-run must not create the lock; an existing one tells whether a run holds it
             fd = os.open(lock, os.O_RDONLY)
             try:
@@ -106,7 +111,7 @@ def run_dir_usable(cfg: Config, host: Host) -> Iterator[Problem]:
             except BlockingIOError:
                 yield Problem(
                     key,
-                    f"{path} is in use by another `moekit train` right now",
+                    f"{records} is in use by another `moekit train` right now",
                     "wait for it to end, or choose another run.dir",
                 )
             finally:
