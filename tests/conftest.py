@@ -89,3 +89,22 @@ def slurm():
     cluster.start()
     yield cluster
     cluster.stop()
+
+
+def mount_tmpfs(path: Path, size: str) -> None:
+    """A tmpfs of `size` at `path` (the caller unmounts it); skips the test where mounting needs root."""
+    path.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()}); root is needed to test a full disk")
+
+
+def recorded_steps(path: Path) -> list[int]:
+    """The steps of a metrics file being written: absent files and lines not yet whole count as nothing."""
+    out = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            out.append(int(json.loads(line)["step"]))
+        except (ValueError, KeyError):
+            continue
+    return out

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, moekit
+from conftest import REPO, moekit, mount_tmpfs
 from moekit import failures
 from moekit import rendezvous as rz
 from moekit.run import launch
@@ -215,18 +215,11 @@ def test_troubleshooting_doc_is_linked_from_readme():
 # ---- a full disk: moekit keeps reading, always ends, records what it can ----
 
 
-def _tmpfs(path: Path, size: str) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()}); root is needed to test a full disk")
-
-
 @pytest.fixture
 def small_disk(tmp_path):
     """A 64 KiB file system (tmpfs), unmounted afterwards."""
     where = tmp_path / "small"
-    _tmpfs(where, "64k")
+    mount_tmpfs(where, "64k")
     yield where
     subprocess.run(["umount", "-l", str(where)], check=False)
 
@@ -287,7 +280,7 @@ def test_training_on_a_full_disk_ends_and_records(small_disk):
 def test_disk_full_at_a_checkpoint(tmp_path):
     """A 5 MB run directory: the first checkpoint (100 MB) fails; the evidence lies far above the log's tail."""
     where = tmp_path / "five"
-    _tmpfs(where, "5m")
+    mount_tmpfs(where, "5m")
     try:
         run = where / "run"
         proc = moekit("train", "experiment=smoke", "train.steps=2", "checkpoint.every=1", f"run.dir={run}", timeout=900)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port, moekit
+from conftest import REPO, free_port, moekit, recorded_steps
 from moekit.run import preemption, watchdog
 
 STEPS = 20
@@ -85,16 +85,6 @@ def test_a_signal_is_noted_not_raised():
 # ---------- real runs ----------
 
 
-def steps_in(path: Path) -> list[int]:
-    out = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            out.append(int(json.loads(line)["step"]))
-        except (ValueError, KeyError):
-            continue
-    return out
-
-
 def start(command: list[str], run: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "moekit", *command, f"run.dir={run}"],
@@ -108,7 +98,7 @@ def start(command: list[str], run: Path) -> subprocess.Popen:
 
 def wait_for_step(proc: subprocess.Popen, metrics: Path, step: int, timeout_s: float = 400) -> None:
     deadline = time.monotonic() + timeout_s
-    while max(steps_in(metrics), default=-1) < step:
+    while max(recorded_steps(metrics), default=-1) < step:
         if proc.poll() is not None:
             pytest.fail(f"the run ended before step {step}:\n{proc.stdout.read()[-3000:]}")
         if time.monotonic() > deadline:
@@ -145,7 +135,7 @@ def preempted_run(tmp_path_factory):
     proc = start(PREEMPT, run)
     wait_for_step(proc, run / "metrics.jsonl", 5)
     at = time.monotonic()
-    seen = max(steps_in(run / "metrics.jsonl"))
+    seen = max(recorded_steps(run / "metrics.jsonl"))
     os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
     out, _ = proc.communicate(timeout=300)
     exit_s = time.monotonic() - at
@@ -175,7 +165,7 @@ def test_sigterm_saves_at_the_next_step_and_the_relaunch_resumes_there(preempted
     # One record per step, except the step the preemption saved at: MaxText writes a step's metrics when the
     # next one has run, so that step's were never written (it was trained: the checkpoint holds it).
     step = record["checkpoint_step"]
-    merged = steps_in(run / "metrics.jsonl")
+    merged = recorded_steps(run / "metrics.jsonl")
     assert len(merged) == len(set(merged)) and set(range(STEPS)) - set(merged) <= {step}, merged
 
 

@@ -11,24 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import compose, moekit
+from conftest import compose, moekit, mount_tmpfs
 from moekit import cache, maxtext_validate
 from moekit.run import preflight, xla_flags
 from moekit.translate.job import build
-
-
-def _tmpfs(path: Path, size: str) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()}); root is needed to test a full disk")
 
 
 @pytest.fixture
 def full_disk(tmp_path):
     """A 64 KiB file system with no space left."""
     where = tmp_path / "full"
-    _tmpfs(where, "64k")
+    mount_tmpfs(where, "64k")
     try:
         try:
             with open(where / "filler", "wb") as fh:

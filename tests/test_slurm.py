@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TWO_PROCESS_OVERRIDES, free_port, losses, moekit
+from conftest import REPO, TWO_PROCESS_OVERRIDES, free_port, losses, moekit, recorded_steps
 from moekit.commands import render as cmd
 from moekit.failures import JOINED
 from moekit.render import slurm as render_slurm
@@ -328,10 +328,10 @@ def test_a_requeued_job_resumes_from_its_preemption_checkpoint(slurm, tmp_path):
     job = slurm.sbatch(script, cwd=folder, env={"PATH": f"{BIN}:{os.environ['PATH']}"})
     run = shared / "smoke"  # <volume path>/<cluster.name or experiment>: the same for the requeued job
     deadline = time.monotonic() + 300
-    while max(_steps(run / "metrics.jsonl"), default=-1) < 3:
+    while max(recorded_steps(run / "metrics.jsonl"), default=-1) < 3:
         assert time.monotonic() < deadline and slurm.job(job)["JobState"] in ("PENDING", "RUNNING"), slurm.logs()
         time.sleep(0.2)
-    seen = max(_steps(run / "metrics.jsonl"))
+    seen = max(recorded_steps(run / "metrics.jsonl"))
     slurm.run("scancel", "--signal=TERM", job)  # what the time-limit signal becomes in the script's trap
     signalled = time.monotonic()
     stopped = slurm.wait(job, 300)
@@ -350,15 +350,5 @@ def test_a_requeued_job_resumes_from_its_preemption_checkpoint(slurm, tmp_path):
     print(f"\nslurm: SIGTERM after step {seen}; {record}; the job ended {exit_s:.1f} s after scancel")
     assert record["checkpoint_saved"] and record["steps_lost"] <= 1, record
     assert manifest["resumed_from_checkpoint"] == record["checkpoint_step"]
-    merged = _steps(run / "metrics.jsonl")  # the step saved at has no metrics (test_preemption.py says why)
+    merged = recorded_steps(run / "metrics.jsonl")  # the step saved at has no metrics (test_preemption.py says why)
     assert len(merged) == len(set(merged)) and set(range(steps)) - set(merged) <= {record["checkpoint_step"]}
-
-
-def _steps(path: Path) -> list[int]:
-    out = []
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            out.append(int(json.loads(line)["step"]))
-        except (ValueError, KeyError):
-            continue
-    return out
