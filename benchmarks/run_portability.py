@@ -3,6 +3,7 @@
     python benchmarks/run_portability.py --dry-run [--families qwen3,mixtral] [--rows dense,tokamax] [--row N='O']
     python benchmarks/run_portability.py --out DIR [--families ...] [--rows ...] [--row te_gmm='moe=te_gmm'] [--steps N]
     python benchmarks/run_portability.py --record DIR/portability.json [MORE.json]   # table -> docs/performance.md
+    (a family in several files: its rows are merged, the first file's baseline row stays the baseline)
 
 A family is its proxy experiment (conf/experiment/<family>_proxy_h200.yaml: full layer widths, the per-GPU expert
 count of the family's cluster layout, few layers). A row is one of run_presets.py's presets or NAME='OVERRIDES';
@@ -123,13 +124,16 @@ def run(out: Path, families: list[str], rows: dict, steps: int, timeout_s: float
 def table(results: dict) -> str:
     first = next((r for fam in results.values() for r in fam["presets"].values() if r.get("versions")), {})
     v = first.get("versions") or {}
+    te = run_presets.te_version(r for fam in results.values() for r in fam["presets"].values())
+    te_note = f", transformer-engine {te} (in the runs of the rows that need it)" if te else ""
     lines = [
         f"Measured {first.get('date', '?')} on one NVIDIA H200 (hardware=h200), `moekit train experiment=<proxy>` "
         f"+ the row's overrides, one benchmark run per family (benchmarks/run_portability.py); versions: python "
         f"{v.get('python')}, jax {v.get('jax')}, maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit "
-        f"{v.get('moekit')}. s/step and TFLOP/s/device: median after warm-up; TFLOP/s is MaxText's count; MFU against "
-        "989 dense BF16 TFLOP/s (H200 datasheet). Speed-up: the family's baseline row's step time over the row's (same "
-        f"tokens per step). Loss check: every step within {run_presets.tuning.RTOL:g} relative of the baseline row.",
+        f"{v.get('moekit')}{te_note}. s/step and TFLOP/s/device: median after warm-up; TFLOP/s is MaxText's count; "
+        "MFU against 989 dense BF16 TFLOP/s (H200 datasheet). Speed-up: the family's baseline row's step time over "
+        f"the row's (same tokens per step). Loss check: every step within {run_presets.tuning.RTOL:g} relative of "
+        "the baseline row.",
         "",
         "| family | proxy | row | overrides | status | s/step | TFLOP/s/dev | MFU | speed-up | loss check |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -152,10 +156,21 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def record(paths: list[Path], doc: Path) -> None:
+def merge(parts: list[dict]) -> dict:
+    """One table from several batches: a family met again gains the later batch's rows (same name: the later
+    run); its baseline stays the one of the first batch that measured the family."""
     results: dict = {}
-    for p in paths:
-        results |= json.loads(p.read_text())
+    for part in parts:
+        for family, res in part.items():
+            if family in results:
+                results[family]["presets"] |= res["presets"]
+            else:
+                results[family] = res
+    return results
+
+
+def record(paths: list[Path], doc: Path) -> None:
+    results = merge([json.loads(p.read_text()) for p in paths])
     text = doc.read_text()
     begin, end = text.find(MARK_BEGIN), text.find(MARK_END)
     if begin < 0 or end < 0:
@@ -187,6 +202,8 @@ def main() -> int:
     if unknown:
         p.error(f"unknown families or rows: {unknown}")
     rows = run_presets.parse_rows([r for r in a.rows.split(",") if r], a.row)
+    if not rows:
+        p.error("no rows: give --rows and/or --row")
     if a.dry_run:
         return dry_run(families, rows, a.steps, a.timeout_s)
     if not a.out:

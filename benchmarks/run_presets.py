@@ -4,6 +4,7 @@
         [--append]
     python benchmarks/run_presets.py --out DIR --presets tokamax,dense --profile --baseline tokamax   # breakdowns
     python benchmarks/run_presets.py --record DIR/presets.json [MORE.json]   # table -> docs/performance.md
+    python benchmarks/run_presets.py --record DIR/presets.json --section NAME   # a table of its own (another session)
 
 A preset is a name from PRESETS or NAME:OVERRIDE+OVERRIDE for one not listed (te_gmm:moe=te_gmm). With --profile
 each preset trains with profile=on (its run directory gets profile.json) and --baseline NAME also trains NAME
@@ -257,18 +258,18 @@ def cell(text: str, code: bool = False) -> str:
     return text.replace("`", "'") if code else text
 
 
+def te_version(rows) -> str | None:
+    """TransformerEngine's version in the first of these runs that had it (the rows that need TE)."""
+    return next(
+        (r["versions"]["transformer-engine"] for r in rows if (r.get("versions") or {}).get("transformer-engine")), None
+    )
+
+
 def table(results: dict) -> str:
     presets = results["presets"]
     any_ok = next((r for r in presets.values() if r.get("versions")), {})
     v = any_ok.get("versions") or {}
-    te = next(
-        (
-            r["versions"]["transformer-engine"]
-            for r in presets.values()
-            if (r.get("versions") or {}).get("transformer-engine")
-        ),
-        None,
-    )
+    te = te_version(presets.values())
     checks = loss_checks(results)
     lines = [
         f"Measured {any_ok.get('date', '?')} on one {v.get('platform', '?')} host with one NVIDIA H200 "
@@ -362,7 +363,20 @@ def _fill(text: str, begin_mark: str, end_mark: str, body: str, doc: Path) -> st
     return text[: begin + len(begin_mark)] + "\n" + body + "\n" + text[end:]
 
 
-def record(results_paths: list[Path], doc: Path) -> None:
+def markers(section: str = "") -> tuple[str, str]:
+    """Where the presets table goes in the doc: the main table, or a named one of its own (a session whose rows
+    are not merged with the main table's: another machine, another loss-check reference)."""
+    if not section:
+        return MARK_BEGIN, MARK_END
+    if not section.replace("_", "").replace("-", "").isalnum():
+        raise SystemExit(f"--section {section!r}: letters, digits, '_' and '-' only")
+    return (
+        f"<!-- BEGIN presets {section} (benchmarks/run_presets.py --record --section {section}) -->",
+        f"<!-- END presets {section} -->",
+    )
+
+
+def record(results_paths: list[Path], doc: Path, section: str = "") -> None:
     """The presets table, or (for results of --profile runs) the breakdown table, into its section of `doc`."""
     results = merged(results_paths)
     text = doc.read_text()
@@ -370,7 +384,7 @@ def record(results_paths: list[Path], doc: Path) -> None:
     if profiles:
         doc.write_text(_fill(text, PROFILE_BEGIN, PROFILE_END, profiles, doc))
     else:
-        doc.write_text(_fill(text, MARK_BEGIN, MARK_END, table(results), doc))
+        doc.write_text(_fill(text, *markers(section), table(results), doc))
 
 
 def main() -> int:
@@ -389,9 +403,10 @@ def main() -> int:
     p.add_argument("--experiment", default=EXPERIMENT)
     p.add_argument("--record", type=Path, nargs="+", help="presets.json file(s) of one session to render into --doc")
     p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
+    p.add_argument("--section", default="", help="with --record: fill the presets table of this name, not the main one")
     a = p.parse_args()
     if a.record:
-        record(a.record, a.doc)
+        record(a.record, a.doc, a.section)
         return 0
     if not a.out:
         p.error("--out is required to run")

@@ -6,7 +6,7 @@
 #   bash benchmarks/h200/run.sh preflight micro presets:dense,tokamax tune:<args file>
 #   bash benchmarks/h200/run.sh te gmm presets:te,tokamax verify:<args file>   (te: benchmarks/te_h200/README.md)
 #   DEADLINE_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm,dense verify:<args file>
-#   bash benchmarks/h200/run.sh portability:qwen3,mixtral   (benchmarks/run_portability.py)
+#   bash benchmarks/h200/run.sh portability:qwen3,mixtral   portability:dsv2_lite/dense   (benchmarks/run_portability.py)
 #   bash benchmarks/h200/run.sh profile:tokamax,dense   profile:te_gmm:moe=te_gmm   (step-time breakdowns)
 # DEADLINE_S: a phase that would start with less than 45 s left is skipped, and none runs past the deadline.
 # Needs: .whl/ (git-ignored, carried): the wheels of benchmarks/h200/wheels.txt (benchmarks/h200/README.md says how
@@ -99,8 +99,9 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
       timeout ${DISPATCH_TIMEOUT:-60} $MOEKIT bench dispatch --out "$OUT/dispatch.json" >> "$OUT/micro.txt" 2>&1; log "bench dispatch rc=$?" ;;
     presets)
       # One /tmp/presets/presets.json per session: later phases (and calls) add their presets to it.
+      # PRESETS_REFERENCE: the row the loss check compares with (run_presets.py's default: dense)
       timeout -s INT "$(bound "${PRESETS_TIMEOUT:-540}")" python3 benchmarks/run_presets.py --out /tmp/presets \
-        --presets "$arg" --append --steps ${STEPS:-10} \
+        --presets "$arg" --append --steps ${STEPS:-10} ${PRESETS_REFERENCE:+--reference "$PRESETS_REFERENCE"} \
         --timeout-s ${PRESET_TIMEOUT_S:-150} >> "$OUT/presets.txt" 2>&1; log "presets rc=$?"
       cp /tmp/presets/presets.json "$OUT/" 2>/dev/null
       tar czf "$OUT/presets_runs.tgz" --exclude='*/profile/trace' --exclude='*/profile/hlo' --exclude='*/tensorboard' \
@@ -120,13 +121,18 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
         --exclude='*/tensorboard' profile 2>/dev/null
       du -sh /tmp/profile/*/profile/* >> "$OUT/profile.txt" 2>&1 ;;
     portability)
-      # $arg: families of benchmarks/run_portability.py (qwen3,mixtral,...); rows: $PORTABILITY_ROWS, the first is the
-      # baseline; one more row from $PORTABILITY_ROW (NAME=OVERRIDES, e.g. te_gmm=moe=te_gmm)
-      timeout -s INT "$(bound "${PORTABILITY_TIMEOUT:-560}")" python3 benchmarks/run_portability.py --out /tmp/portability \
-        --families "$arg" --rows ${PORTABILITY_ROWS:-dense,tokamax} ${PORTABILITY_ROW:+--row "$PORTABILITY_ROW"} \
-        --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/portability.txt" 2>&1; log "portability rc=$?"
-      cp /tmp/portability/portability.json "$OUT/" 2>/dev/null
-      tar czf "$OUT/portability_runs.tgz" -C /tmp portability 2>/dev/null ;;
+      # $arg: FAMILIES[/ROWS]: families of benchmarks/run_portability.py (qwen3,mixtral,...) and the rows of
+      # run_presets.py to train (default $PORTABILITY_ROWS or dense,tokamax; the first is the baseline; "qwen3/"
+      # for none), plus one row from $PORTABILITY_ROW (NAME=OVERRIDES, e.g. te_gmm=moe=te_gmm). Each phase has its
+      # own folder and portability_<n>.json (n counts the phase); --record merges them.
+      fams=${arg%%/*}; rows=${PORTABILITY_ROWS:-dense,tokamax}; [ "$fams" != "$arg" ] && rows=${arg#*/}
+      n=$((${n:-0} + 1)); dir=/tmp/portability/$n
+      timeout -s INT "$(bound "${PORTABILITY_TIMEOUT:-560}")" python3 benchmarks/run_portability.py --out "$dir" \
+        --families "$fams" --rows "$rows" ${PORTABILITY_ROW:+--row "$PORTABILITY_ROW"} \
+        --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-150} > "$OUT/portability_$n.txt" 2>&1
+      log "portability rc=$?"
+      cp "$dir/portability.json" "$OUT/portability_$n.json" 2>/dev/null
+      tar czf "$OUT/portability_runs_$n.tgz" -C /tmp/portability "$n" 2>/dev/null ;;
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"
