@@ -11,6 +11,7 @@ from typing import NamedTuple
 from moekit.config.checks import expert_parallel_size
 from moekit.config.schema import Config, Scalar
 from moekit.te_gmm import BUCKETS_ENV, MODE_ENV
+from moekit.translate import values
 from moekit.translate.xla_flags import xla_flags
 
 # model.attention -> env: TE's cuDNN fused attention is off unless NVTE_FUSED_ATTN=1 (the blog sets it).
@@ -37,18 +38,12 @@ class EnvVar(NamedTuple):
     origin: str
 
 
-def _str(value: Scalar) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
-
-
 def env_vars(cfg: Config) -> list[EnvVar]:
     """Environment shared by every process of the job (rendezvous env is added per process)."""
     out: list[EnvVar] = []
 
-    def put(origin: str, values: dict[str, Scalar]) -> None:
-        out.extend(EnvVar(k, _str(v), origin) for k, v in values.items())
+    def put(origin: str, entries: dict[str, Scalar]) -> None:
+        out.extend(EnvVar(k, values.env(v), origin) for k, v in entries.items())
 
     if cfg.hardware.platform == "cpu":
         put("hardware=cpu", {"JAX_PLATFORMS": "cpu"})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from moekit.config.schema import Config, Scalar
+from moekit.translate import values
 
 
 class Flag(NamedTuple):
@@ -13,13 +14,7 @@ class Flag(NamedTuple):
     origin: str
 
     def render(self) -> str:
-        return format_flag(self.name, self.value)
-
-
-def format_flag(name: str, value: Scalar) -> str:
-    if isinstance(value, bool):
-        value = "true" if value else "false"
-    return f"--{name}={value}"
+        return values.xla_flag(self.name, self.value)
 
 
 def flag_entries(cfg: Config) -> list[Flag]:
