@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
 from moekit.config import formats
-from moekit.config.schema import Config
+from moekit.config.schema import Config, defaults
 from moekit.errors import ConfigError
 
 # Free-form mappings: a key under them may be new, so `a.b.KEY=V` is passed to Hydra as `++a.b.KEY=V`.
@@ -43,6 +43,18 @@ GROUPS = (
     "data",
     "profile",
 )
+
+
+# The name config.yaml's defaults list gives the schema's defaults (schema.defaults, stored in Hydra's ConfigStore).
+DEFAULTS_NODE = "base_config"
+
+
+def register_defaults() -> None:
+    """Put the schema's defaults where config.yaml's `base_config` entry finds them (Hydra's ConfigStore), so that
+    no file repeats a default and every key exists before the files and overrides set it."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name=DEFAULTS_NODE, node=defaults())
 
 
 def config_dir() -> Path:
@@ -85,6 +97,7 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
     GlobalHydra.instance().clear()
+    register_defaults()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

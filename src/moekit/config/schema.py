@@ -206,7 +206,7 @@ class Precision(Section):
 class Memory(Section):
     name: str = "custom"
     """Option name (conf/memory/<name>.yaml); shown as the origin of what it sets."""
-    remat_policy: str = "full"
+    remat_policy: str
     """MaxText remat_policy (full, minimal, save_dot_except_mlp, custom, ...)."""
     tensors: dict[str, Literal["device", "remat", "offload"]] = {}
     """Per-tensor choices for remat_policy=custom (MaxText keys such as moe_mlpwi_0)."""
@@ -224,16 +224,16 @@ class Xla(Section):
 
 
 class Peaks(Section):
-    bf16: float | None = None
-    """Dense BF16 peak, TFLOP/s per device."""
-    fp8: float | None = None
-    """Dense FP8 peak, TFLOP/s per device."""
+    bf16: float | None
+    """Dense BF16 peak, TFLOP/s per device; None where no meaningful peak exists (CPU)."""
+    fp8: float | None
+    """Dense FP8 peak, TFLOP/s per device; None where no meaningful peak exists (CPU)."""
 
 
 class Features(Section):
-    fp8: bool = False
+    fp8: bool
     """FP8 tensor cores (Hopper and newer)."""
-    mxfp8: bool = False
+    mxfp8: bool
     """Block-scaled MXFP8 tensor cores (Blackwell only)."""
 
 
@@ -244,18 +244,18 @@ class Hardware(Section):
     """JAX platform."""
     arch: str
     """Architecture family (cpu, hopper, blackwell)."""
-    sm: int | None = None
+    sm: int | None
     """CUDA compute capability as an integer (90 = 9.0); None on CPU."""
-    hbm_gib: float | None = None
-    """Device memory per GPU, GiB."""
-    nvlink_domain: int | None = Field(None, ge=1)
+    hbm_gib: float | None
+    """Device memory per GPU, GiB; None on CPU."""
+    nvlink_domain: int | None = Field(ge=1)
     """GPUs that share one NVLink domain (8: an HGX/DGX node; 72: a GB200/GB300 NVL72 rack); None on CPU.
     The ICI axes (parallelism.ici) should fit in one; what crosses domains runs over the slower network."""
-    peak_tflops: Peaks = Peaks()
+    peak_tflops: Peaks
     """Datasheet peaks used for MFU."""
     peak_source: str
     """Citation of the peak numbers."""
-    features: Features = Features()
+    features: Features
     """What the tensor cores support."""
     low_precision: Literal["mxfp8", "fp8", "bf16"]
     """The lowest GEMM precision the tensor cores run natively: what precision=low resolves to (mxfp8 on Blackwell,
@@ -267,11 +267,11 @@ class Hardware(Section):
 class Cluster(Section):
     kind: Literal["local", "jobset", "slurm"]
     """Where processes run."""
-    nodes: int = Field(1, ge=1)
+    nodes: int = Field(ge=1)
     """Nodes (hosts) in the job."""
-    gpus_per_node: int = Field(1, ge=1)
+    gpus_per_node: int = Field(ge=1)
     """Devices per node. On CPU: host devices per node, split evenly over its processes."""
-    processes_per_node: int = Field(1, ge=1)
+    processes_per_node: int = Field(ge=1)
     """JAX processes per node: 1 (one drives all devices) or gpus_per_node (one per device)."""
     coordinator_port: int = Field(12355, ge=1, le=65535)
     """TCP port of the jax.distributed coordinator (process 0)."""
@@ -386,7 +386,7 @@ class Network(Section):
 
 
 class Profile(Section):
-    enabled: bool = False
+    enabled: bool
     """Trace training with MaxText's xplane profiler and write a step-time breakdown (profile.json)."""
     skip_steps: int = Field(3, ge=1)
     """Steps before the traced window (step 0 compiles); MaxText skip_first_n_steps_for_profiler."""
@@ -395,7 +395,7 @@ class Profile(Section):
 
 
 class Data(Section):
-    dataset_type: Literal["synthetic", "tfds", "hf", "grain"] = "synthetic"
+    dataset_type: Literal["synthetic", "tfds", "hf", "grain"]
     """MaxText dataset_type: synthetic tokens, Hugging Face datasets on files (hf), or Grain (grain)."""
     format: Literal["parquet", "json", "arrow", "arrayrecord"] | None = None
     """File format: hf reads parquet, json or arrow; grain reads arrayrecord (tf.train.Example records) or parquet."""
@@ -422,7 +422,8 @@ class Data(Section):
 class Config(Section):
     """A composed, typed moekit configuration."""
 
-    experiment_name: str
+    experiment_name: str = "default"
+    """Names run directories and cluster jobs; each experiment file sets its own."""
     run: Run = Run()
     train: Train = Train()
     parallelism: Parallelism = Parallelism()
@@ -438,7 +439,7 @@ class Config(Section):
     cluster: Cluster
     network: Network
     data: Data
-    profile: Profile = Profile()
+    profile: Profile
 
     # ---- derived values (never typed by hand) ----
     @property
@@ -488,3 +489,19 @@ class Config(Section):
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+def defaults(model: type[Section] = Config) -> dict[str, Any]:
+    """Every default of the schema as one nested mapping: the only place defaults are written. Hydra composes it
+    first (config.yaml's `base_config`), so every key can be set with a.b=value; group options and experiments
+    then write only what they choose. Required fields have no entry; a required section gets its defaults."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if field.is_required():
+            section = field.annotation
+            if isinstance(section, type) and issubclass(section, Section) and (inner := defaults(section)):
+                out[name] = inner
+            continue
+        value = field.get_default(call_default_factory=True)
+        out[name] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    return out

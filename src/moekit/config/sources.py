@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options
+from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options, register_defaults
 
 SCHEMA_DEFAULT = "schema default (src/moekit/config/schema.py)"
 
@@ -74,6 +74,7 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
     conf = conf or config_dir()
     hydra_overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     GlobalHydra.instance().clear()
+    register_defaults()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -87,6 +88,8 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
         if d.config_path is None or d.config_path.startswith("hydra/") or d.package is None:
             continue
         path = f"{d.config_path}.yaml"
+        if not (conf / path).is_file():  # the schema's defaults (register_defaults): SCHEMA_DEFAULT names them
+            continue
         files.append(path)
         packages[path] = d.package
         body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moekit.config.schema import Cluster
 from moekit.run import preemption, watchdog
 
 
@@ -111,7 +112,7 @@ def run(
     scrub: Callable[[str], str] | None = None,
     full_disk_grace_s: float = 30.0,
     notice: preemption.Notice | None = None,
-    stop_grace_s: float = 300.0,
+    stop_grace_s: float = Cluster.model_fields["signal_grace_s"].default,
     watch: watchdog.Watchdog | None = None,
     stack_files: Sequence[Path] = (),
 ) -> Outcome:
