@@ -28,7 +28,8 @@ from moekit.config.checks import problems
 from moekit.maxtext_files import model_values
 from moekit.maxtext_validate import MaxTextRejected, rejections, validate
 from moekit.render import validate as manifest
-from moekit.translate.job import build, dry_run_processes
+from moekit.rendezvous import dry_run_processes
+from moekit.translate.job import build
 
 RUN_DIR = "/tmp/moekit-validate"
 

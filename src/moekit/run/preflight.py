@@ -94,7 +94,7 @@ def run_dir_usable(cfg: Config, host: Host) -> Iterator[Problem]:
         return
     if configured:
         try:  # the launchers of one job share run.dir; each owns its records (launchers/<first process>/)
-            first = int(jobmod.processes(cfg, dict(host.environ))[0].get(rz.PROCESS_ID, 0))
+            first = int(rz.processes(cfg, dict(host.environ))[0].get(rz.PROCESS_ID, 0))
         except rz.RendezvousError:
             first = 0  # rendezvous_env reports it
         records = rundir.for_launcher(path, first)
@@ -121,7 +121,7 @@ def run_dir_usable(cfg: Config, host: Host) -> Iterator[Problem]:
 def rendezvous_env(cfg: Config, host: Host) -> Iterator[Problem]:
     """The environment describes this host's part of the job (JobSet pod, Slurm task)."""
     try:
-        jobmod.processes(cfg, dict(host.environ))
+        rz.processes(cfg, dict(host.environ))
     except rz.RendezvousError as exc:
         yield Problem(f"cluster={cfg.cluster.kind}", str(exc), "")
 
