@@ -4,6 +4,7 @@ moekit's commands import there."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata as md
 import json
 import re
@@ -62,6 +63,22 @@ def imported(*args: str) -> set[str]:
 def test_help_imports_no_command_dependency():
     found = imported("--help")
     assert not found & set(HEAVY), found & set(HEAVY)
+
+
+def test_every_command_module_keeps_the_contract_cli_states():
+    """cli.py's docstring: each command module defines HELP, add_arguments(parser) and run(args); cli imports only
+    the one that runs (its HELP is read from the source)."""
+    for name, module in cli.COMMANDS.items():
+        tree = ast.parse((REPO / "src" / "moekit" / "commands" / f"{module}.py").read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert {"add_arguments", "run"} <= defined, name
+        assert cli.command_help(module), f"moekit.commands.{module} has no HELP"
+    code = (
+        "import contextlib, io, sys\nfrom moekit import cli\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+        "    cli.main(['config', 'groups'])\nprint(sorted(m for m in sys.modules if m.startswith('moekit.commands.')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "['moekit.commands.config']", proc.stdout + proc.stderr
 
 
 @pytest.mark.integration
