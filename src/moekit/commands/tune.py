@@ -230,7 +230,7 @@ def preset_yaml(name: str, best: dict[str, Any]) -> str:
             "source": f"moekit tune on {v.get('host', '?')} ({v.get('platform', '?')}); jax {v.get('jax')}, "
             f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}; "
             f"candidate {Path(best['run_dir']).name} of the sweep",  # a folder name, never a machine's path
-            "gpus": 1,
+            "gpus": best.get("devices") or 1,
             "date": best.get("date"),
         },
     }

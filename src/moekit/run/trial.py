@@ -93,6 +93,7 @@ def run(
             "losses": stats.get("losses", []),
             "versions": provenance.get("versions"),
             "date": provenance.get("date"),
+            "devices": recorded.devices,
         }
     peak = _json(run_dir / rundir.PEAK_MEMORY)
     if peak.get("peak_bytes_in_use"):
