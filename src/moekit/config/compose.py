@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
@@ -49,12 +50,24 @@ GROUPS = (
 DEFAULTS_NODE = "base_config"
 
 
-def register_defaults() -> None:
-    """Put the schema's defaults where config.yaml's `base_config` entry finds them (Hydra's ConfigStore), so that
-    no file repeats a default and every key exists before the files and overrides set it."""
+@contextlib.contextmanager
+def hydra_at(conf: Path) -> Iterator[None]:
+    """Hydra initialized on the config tree `conf`, with the schema's defaults where config.yaml's `base_config`
+    entry finds them (Hydra's ConfigStore): no file repeats a default, and every key exists before the files and
+    overrides set it. Hydra's global state is cleared on the way in and out."""
+    from hydra import initialize_config_dir
     from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
 
+    GlobalHydra.instance().clear()
     ConfigStore.instance().store(name=DEFAULTS_NODE, node=defaults())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with initialize_config_dir(config_dir=str(conf), version_base=None):
+                yield
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def config_dir() -> Path:
@@ -74,8 +87,7 @@ def group_options(group: str, conf: Path | None = None) -> list[str]:
 
 def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConfig:
     """Hydra composition only; Hydra's errors become ConfigErrors that list the valid choices."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra import compose
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -96,17 +108,11 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
     overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
-    GlobalHydra.instance().clear()
-    register_defaults()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with initialize_config_dir(config_dir=str(conf), version_base=None):
-                return compose(config_name="config", overrides=list(overrides))
+        with hydra_at(conf):
+            return compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> str:
