@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, moekit
+from conftest import REPO, dependency_closure, moekit
 from moekit import cli
 
 HEAVY = ("hydra", "omegaconf", "pydantic", "jsonschema", "matplotlib", "numpy", "jax", "yaml", "maxtext")
@@ -94,22 +94,6 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _closure(roots: tuple[str, ...]) -> set[str]:
-    """The distributions `roots` declare as dependencies (without extras), transitively, as installed here."""
-    seen, todo = set(), [_canonical(r) for r in roots]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            requires = md.requires(name) or []
-        except md.PackageNotFoundError:
-            continue
-        todo += [_canonical(re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0]) for r in requires if "extra ==" not in r]
-    return seen
-
-
 @pytest.mark.integration
 def test_gpu_wheel_list_covers_every_import_of_the_gpu_side_commands():
     listed = {
@@ -117,7 +101,7 @@ def test_gpu_wheel_list_covers_every_import_of_the_gpu_side_commands():
         for line in (REPO / "benchmarks" / "h200" / "wheels.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    present = _closure(ON_THE_MACHINE)
+    present = dependency_closure(ON_THE_MACHINE)
     owners = md.packages_distributions()
     modules = set().union(*(imported(*args) for args in GPU_SIDE)) - set(sys.stdlib_module_names) - set(OPTIONAL)
     missing = {}
