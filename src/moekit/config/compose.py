@@ -81,6 +81,7 @@ def config_dir() -> Path:
 
 
 def group_options(group: str, conf: Path | None = None) -> list[str]:
+    """The options of a config group: the names of its YAML files in conf/<group>/, sorted."""
     folder = (conf or config_dir()) / group
     return sorted(p.stem for p in folder.glob("*.yaml"))
 

@@ -38,6 +38,8 @@ def groups(conf: Path | None = None) -> dict[str, dict[str, str]]:
 
 @dataclass(frozen=True, slots=True)
 class Choice:
+    """Which option a config group got, and what chose it."""
+
     group: str
     option: str | None
     chosen_by: str
@@ -46,6 +48,8 @@ class Choice:
 
 @dataclass(frozen=True, slots=True)
 class Composition:
+    """How a set of overrides composes: the files merged, the group choices and each key's last writer."""
+
     files: list[str]
     """The config files in Hydra's merge order (later wins), relative to conf/."""
     packages: dict[str, str]

@@ -29,6 +29,8 @@ from moekit.run import preemption, watchdog
 
 @dataclass(frozen=True, slots=True)
 class ProcessSpec:
+    """One process to start: its argv, its whole environment and the file its output goes to."""
+
     argv: Sequence[str]
     env: Mapping[str, str]
     log: Path
@@ -36,6 +38,9 @@ class ProcessSpec:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """How the group ended: each process's exit status, the first to fail, wall time (s), what could not be logged,
+    and whether the watchdog stopped it."""
+
     returncodes: list[int]
     failed_rank: int | None
     """The first process that exited non-zero (None when all succeeded)."""

@@ -33,6 +33,8 @@ def te_gmm_row_buckets(expert_parallelism: int) -> int:
 
 
 class EnvVar(NamedTuple):
+    """One environment variable and the config choice it comes from."""
+
     name: str
     value: str
     origin: str
@@ -72,4 +74,5 @@ def env_vars(cfg: Config) -> list[EnvVar]:
 
 
 def env(cfg: Config) -> dict[str, str]:
+    """The process environment as a mapping, name -> value (later entries already won in `env_vars`)."""
     return {v.name: v.value for v in env_vars(cfg)}

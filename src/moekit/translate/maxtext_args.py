@@ -53,11 +53,14 @@ EXPERT_GEMM_KEYS: dict[str, dict[str, Scalar]] = {
 
 
 class Arg(NamedTuple):
+    """One MaxText argument and the config choice it comes from."""
+
     key: str
     value: Scalar | list[str]
     origin: str
 
     def render(self) -> str:
+        """The argument as MaxText reads it: `key=value`, the value as YAML that reads back unchanged."""
         return f"{self.key}={values.maxtext(self.value)}"
 
 

@@ -9,11 +9,14 @@ from moekit.translate import values
 
 
 class Flag(NamedTuple):
+    """One XLA flag and the config choice it comes from."""
+
     name: str
     value: Scalar
     origin: str
 
     def render(self) -> str:
+        """The flag as one XLA_FLAGS word, `--name=value`."""
         return values.xla_flag(self.name, self.value)
 
 
@@ -32,4 +35,5 @@ def xla_flags(cfg: Config) -> list[str]:
 
 
 def flag_origins(cfg: Config) -> dict[str, str]:
+    """Each rendered flag -> the config choice that set it (what --dry-run shows beside it)."""
     return {f.render(): f.origin for f in flag_entries(cfg)}
