@@ -38,6 +38,8 @@ class RendezvousError(MoekitError):
 
 @dataclass(frozen=True, slots=True)
 class Rendezvous:
+    """Who one process is in the job, as the environment of its cluster says."""
+
     coordinator: str
     """host:port of process 0's coordinator service."""
     num_processes: int

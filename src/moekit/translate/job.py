@@ -17,16 +17,20 @@ WORKER_MODULE = "moekit.worker"
 
 @dataclass(frozen=True, slots=True)
 class Job:
+    """One training job translated: MaxText's arguments, XLA's flags and the environment, each with its origin."""
+
     args: list[Arg]
     xla_flags: list[str]
     env: list[EnvVar]
 
     @property
     def maxtext_args(self) -> list[str]:
+        """The `key=value` arguments MaxText's trainer gets, in order."""
         return [a.render() for a in self.args]
 
     @property
     def env_dict(self) -> dict[str, str]:
+        """The shared environment of every process as a mapping (rendezvous variables are per process)."""
         return {v.name: v.value for v in self.env}
 
     def argv(self, process_id: int = 0, python: str = sys.executable) -> list[str]:
@@ -56,5 +60,6 @@ def per_process(path: str, process_id: int) -> str:
 
 
 def build(cfg: Config, run_dir: str, metrics_file: str) -> Job:
+    """The job of `cfg` writing into `run_dir` (MaxText's base_output_directory) and `metrics_file`."""
     env = env_vars(cfg) + profile.env_vars(cfg, f"{run_dir}/{rundir.PROFILE_DIR}")
     return Job(maxtext_args(cfg, run_dir, metrics_file), xla_flags(cfg), env)
