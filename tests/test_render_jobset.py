@@ -408,3 +408,8 @@ def test_compose_mounts_the_volumes_instead_of_per_node_folders():
         assert project["services"][node]["volumes"] == want
     plain = compose_target.project(compose("smoke", two))
     assert plain["services"]["node-1"]["volumes"] == ["${MOEKIT_RUNS:-./outputs}/node-1:/workspace/outputs"]
+
+
+def test_check_names_the_target_it_cannot_validate():
+    proc = moekit("render", "experiment=smoke", "target=compose", "--check")
+    assert proc.returncode == 2 and "target=compose has no schema" in proc.stderr, proc.stderr

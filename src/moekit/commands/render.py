@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     text, cfg, target = render(args.overrides, args.output)
     if args.check:
         if target.check is None:
-            raise MoekitError(f"--check has nothing to validate target={target.cluster} against")
+            name = split_target(args.overrides)[0]
+            raise MoekitError(f"--check validates JobSets only; target={name} has no schema to check against")
         found = target.check(text, args, cfg)
         for p in found:
             print(f"moekit: invalid: {p}", file=sys.stderr)
