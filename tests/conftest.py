@@ -108,3 +108,50 @@ def recorded_steps(path: Path) -> list[int]:
         except (ValueError, KeyError):
             continue
     return out
+
+
+def dependency_closure(roots: Sequence[str]) -> set[str]:
+    """The distributions `roots` depend on (no extras; markers read for this host), transitively, canonical names,
+    from the metadata installed here."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    seen: set[str] = set()
+    todo = [canonicalize_name(r) for r in roots]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for spec in requires:
+            req = Requirement(spec)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(canonicalize_name(req.name))
+    return seen
+
+
+def live_workers(run: Path) -> dict[int, int]:
+    """moekit worker processes of a run directory still alive (not zombies): JAX process id -> pid."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (proc / "stat").read_text().split(") ", 1)[1][0]
+            env = dict(
+                e.split("=", 1)
+                for e in (proc / "environ").read_bytes().decode(errors="replace").split("\0")
+                if "=" in e
+            )
+        except (OSError, IndexError):
+            continue
+        if "moekit.worker" in cmd and str(run) in cmd and state != "Z":
+            found[int(env.get("JAX_PROCESS_ID", env.get("MOEKIT_PROCESS_ID", "0")))] = int(proc.name)
+    return found

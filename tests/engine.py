@@ -24,11 +24,11 @@ import sys
 import sysconfig
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 
-from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+
+from conftest import dependency_closure
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("MOEKIT_CACHE") or Path.home() / ".cache" / "moekit")
@@ -136,21 +136,7 @@ def stack_pins(lock: Path = REPO / "requirements" / "cpu.lock") -> list[str]:
     roots = STACK_ROOTS + [
         line.split("==")[0] for line in (REPO / "requirements" / "cpu.txt").read_text().splitlines() if "==" in line
     ]
-    seen: set[str] = set()
-    todo = [canonicalize_name(r) for r in roots]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            requires = metadata.requires(name) or []
-        except metadata.PackageNotFoundError:
-            continue
-        for spec in requires:
-            req = Requirement(spec)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(canonicalize_name(req.name))
+    seen = dependency_closure(roots)
     pins = [line for line in lock.read_text().splitlines() if "==" in line and not line.startswith("#")]
     return [p for p in pins if canonicalize_name(p.split("==")[0]) in seen]
 

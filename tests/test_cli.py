@@ -4,6 +4,7 @@ moekit's commands import there."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata as md
 import json
 import re
@@ -12,7 +13,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, moekit
+from conftest import REPO, dependency_closure, moekit
 from moekit import cli
 
 HEAVY = ("hydra", "omegaconf", "pydantic", "jsonschema", "matplotlib", "numpy", "jax", "yaml", "maxtext")
@@ -64,6 +65,22 @@ def test_help_imports_no_command_dependency():
     assert not found & set(HEAVY), found & set(HEAVY)
 
 
+def test_every_command_module_keeps_the_contract_cli_states():
+    """cli.py's docstring: each command module defines HELP, add_arguments(parser) and run(args); cli imports only
+    the one that runs (its HELP is read from the source)."""
+    for name, module in cli.COMMANDS.items():
+        tree = ast.parse((REPO / "src" / "moekit" / "commands" / f"{module}.py").read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert {"add_arguments", "run"} <= defined, name
+        assert cli.command_help(module), f"moekit.commands.{module} has no HELP"
+    code = (
+        "import contextlib, io, sys\nfrom moekit import cli\nwith contextlib.redirect_stdout(io.StringIO()):\n"
+        "    cli.main(['config', 'groups'])\nprint(sorted(m for m in sys.modules if m.startswith('moekit.commands.')))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "['moekit.commands.config']", proc.stdout + proc.stderr
+
+
 @pytest.mark.integration
 def test_a_command_imports_only_its_own_dependencies():
     train = imported("train", "experiment=smoke", "--dry-run")
@@ -77,22 +94,6 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _closure(roots: tuple[str, ...]) -> set[str]:
-    """The distributions `roots` declare as dependencies (without extras), transitively, as installed here."""
-    seen, todo = set(), [_canonical(r) for r in roots]
-    while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        try:
-            requires = md.requires(name) or []
-        except md.PackageNotFoundError:
-            continue
-        todo += [_canonical(re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0]) for r in requires if "extra ==" not in r]
-    return seen
-
-
 @pytest.mark.integration
 def test_gpu_wheel_list_covers_every_import_of_the_gpu_side_commands():
     listed = {
@@ -100,7 +101,7 @@ def test_gpu_wheel_list_covers_every_import_of_the_gpu_side_commands():
         for line in (REPO / "benchmarks" / "h200" / "wheels.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }
-    present = _closure(ON_THE_MACHINE)
+    present = dependency_closure(ON_THE_MACHINE)
     owners = md.packages_distributions()
     modules = set().union(*(imported(*args) for args in GPU_SIDE)) - set(sys.stdlib_module_names) - set(OPTIONAL)
     missing = {}

@@ -7,9 +7,10 @@ import re
 import pytest
 import yaml
 
-from conftest import EXPERIMENTS, compose, moekit
+from conftest import compose, moekit
 from moekit.config import sources
 from moekit.config.compose import GROUPS, config_dir
+from moekit.config.schema import defaults
 from moekit.errors import ConfigError
 
 
@@ -17,12 +18,6 @@ def test_groups_exist_with_options():
     conf = config_dir()
     for group in GROUPS:
         assert list((conf / group).glob("*.yaml")), f"conf/{group}/ has no option"
-
-
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_experiment_composes(experiment):
-    cfg = compose(experiment)
-    assert cfg.experiment_name == experiment
 
 
 @pytest.mark.parametrize(
@@ -94,7 +89,7 @@ def test_config_show_names_the_file_or_override_behind_every_value():
     assert rows["experiment_name"] == ("dsv3_blog", "experiment/dsv3_blog.yaml")
     assert rows["moe.backend"] == ("te", "moe/te.yaml")
     assert rows["network.resource_claim_template"][1] == "network/gb200_computedomain.yaml"
-    assert rows["train.seed"][1] == "base_config.yaml"
+    assert rows["train.seed"][1] == sources.SCHEMA_DEFAULT  # defaults live in the schema alone
     assert rows["network.host_network"][1] == sources.SCHEMA_DEFAULT  # no file sets it
     # Every value said to come from a file is that file's value (a later file or override would have won).
     for key, (value, src) in rows.items():
@@ -117,3 +112,41 @@ def test_config_show_names_the_file_or_override_behind_every_value():
     assert re.search(r"^train\.steps: 3 +# command line: train\.steps=3$", proc.stdout, re.M)
     bad = moekit("config", "show", "experiment=smoke", "train.stepz=3")
     assert bad.returncode == 2 and "unknown config key 'train.stepz'" in bad.stderr
+
+
+# ---- defaults in one place: the schema ----
+
+
+def _leaves(node, prefix=""):
+    """Dotted key -> value of every leaf (an empty mapping is a leaf)."""
+    if not (isinstance(node, dict) and node):
+        return {prefix: node}
+    out = {}
+    for key, sub in node.items():
+        out |= _leaves(sub, f"{prefix}.{key}" if prefix else key)
+    return out
+
+
+def test_no_option_file_restates_a_schema_default():
+    """An option writes only what it chooses: a key it leaves alone gets the schema's default, so a default is
+    written once. Experiments and ladder rungs are deltas that pin their own setup, and may name any value."""
+    schema_defaults = _leaves(defaults())
+    restated = []
+    for group in GROUPS:
+        if group in ("experiment", "ladder"):
+            continue
+        for path in sorted((config_dir() / group).glob("*.yaml")):
+            body = yaml.safe_load(path.read_text()) or {}
+            restated += [
+                f"conf/{group}/{path.name}: {key}: {value!r}"
+                for key, value in _leaves(body, group).items()
+                if key in schema_defaults and schema_defaults[key] == value
+            ]
+    assert restated == [], "these values are the schema's defaults already; delete them from the files"
+
+
+def test_every_key_is_settable_from_its_default():
+    """The schema's defaults are composed first, so a key no option file names can still be set (a.b=value)."""
+    cfg = compose("smoke", ["cluster.image=registry.example/moekit:1", "profile.steps=4", "data.column=body"])
+    assert (cfg.cluster.image, cfg.profile.steps, cfg.data.column) == ("registry.example/moekit:1", 4, "body")
+    assert not (config_dir() / "base_config.yaml").exists()

@@ -79,6 +79,7 @@ def test_sweep_gives_one_run_dir_per_run_and_a_combined_report(smoke_sweep):
         ["experiment=smoke", "train.steps=4", "moe=dense"],
     ]
     assert [r["returncode"] for r in record] == [0, 0]
+    assert [r["status"] for r in record] == ["ok", "ok"]  # the record tune's runner gives every run (run/trial.py)
     for i, backend in enumerate(("ragged_dot", "dense")):
         run = folder / str(i)
         assert yaml.safe_load((run / "config.yaml").read_text())["moe"]["backend"] == backend
@@ -89,3 +90,18 @@ def test_sweep_gives_one_run_dir_per_run_and_a_combined_report(smoke_sweep):
     for png in ("step_time.png", "tflops.png", "loss.png"):
         assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "combined report" in proc.stdout
+
+
+@pytest.mark.integration
+def test_a_failed_run_is_classified_and_the_sweep_goes_on(tmp_path):
+    """Each run is a `moekit train` of its own (run/trial.py): MaxText's validator refuses both runs at launch, and
+    sweep.json says so for each, with the class and evidence tune would record."""
+    folder = tmp_path / "sweep"
+    proc = moekit("train", "-m", "experiment=smoke", "maxtext.extra.no_such_maxtext_key=1,2", f"run.dir={folder}")
+    assert proc.returncode == 1, proc.stderr + proc.stdout[-2000:]
+    record = json.loads((folder / "sweep.json").read_text())
+    assert [r["index"] for r in record] == [0, 1]
+    for r in record:
+        assert r["status"] == "failed" and r["failure"]["class"] == "refused", r
+        assert "no_such_maxtext_key" in r["failure"]["evidence"]
+    assert "multirun 0 of 2 ok" in proc.stdout

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port, moekit, recorded_steps
+from conftest import REPO, free_port, live_workers, moekit, recorded_steps
 from moekit.run import preemption, watchdog
 
 STEPS = 20
@@ -107,27 +107,6 @@ def wait_for_step(proc: subprocess.Popen, metrics: Path, step: int, timeout_s: f
         time.sleep(0.05)
 
 
-def workers(run: Path) -> dict[int, int]:
-    """Live worker processes of a run directory: JAX process id -> pid."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (proc / "stat").read_text().split(") ", 1)[1][0]
-            env = dict(
-                e.split("=", 1)
-                for e in (proc / "environ").read_bytes().decode(errors="replace").split("\0")
-                if "=" in e
-            )
-        except (OSError, IndexError):
-            continue
-        if "moekit.worker" in cmd and str(run) in cmd and state != "Z":
-            found[int(env.get("JAX_PROCESS_ID", env.get("MOEKIT_PROCESS_ID", "0")))] = int(proc.name)
-    return found
-
-
 @pytest.fixture(scope="module")
 def preempted_run(tmp_path_factory):
     """One run sent SIGTERM after step 5, then relaunched with the same command."""
@@ -188,14 +167,14 @@ def test_a_stopped_worker_ends_as_hang_with_stacks(tmp_path):
     ]
     proc = start(command, run)
     wait_for_step(proc, run / "metrics.jsonl", 3)
-    pids = workers(run)
+    pids = live_workers(run)
     assert sorted(pids) == [0, 1], pids
     os.kill(pids[1], signal.SIGSTOP)
     at = time.monotonic()
     try:
         out, _ = proc.communicate(timeout=bound + 120)
     finally:
-        for pid in workers(run).values():
+        for pid in live_workers(run).values():
             os.kill(pid, signal.SIGKILL)
     took = time.monotonic() - at
     print(f"\nhang: SIGSTOP to process 1 -> moekit exited after {took:.1f} s (bound {bound} s)")
@@ -209,6 +188,6 @@ def test_a_stopped_worker_ends_as_hang_with_stacks(tmp_path):
         assert "hread 0x" in text and 'File "' in text, text[:2000]  # "Thread 0x..." or "Current thread 0x..."
     assert "troubleshooting.md#hang" in out
     deadline = time.monotonic() + 10
-    while workers(run) and time.monotonic() < deadline:
+    while live_workers(run) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert workers(run) == {}
+    assert live_workers(run) == {}

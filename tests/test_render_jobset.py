@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import EXPERIMENTS, REPO, compose, moekit
+from conftest import REPO, compose, moekit
 from moekit import rendezvous as rz
 from moekit.commands import render as cmd
 from moekit.render import jobset, validate
@@ -47,14 +47,6 @@ def _crd(schema: dict) -> dict:
             "versions": [{"name": "v1alpha2", "served": True, "schema": {"openAPIV3Schema": schema}}],
         },
     }
-
-
-@pytest.mark.parametrize("experiment", EXPERIMENTS)
-def test_every_experiment_renders_a_valid_jobset(experiment):
-    # Names over 25 characters are refused before rendering (test_names_too_long...); give those a short one.
-    name = [f"cluster.name=e{len(experiment)}"] if len(experiment) > 25 else []
-    manifest = _render(f"experiment={experiment}", "target=jobset", *name)
-    assert _problems(manifest, _kubernetes(experiment)) == []
 
 
 def test_jobset_shape_follows_the_config():
@@ -416,3 +408,8 @@ def test_compose_mounts_the_volumes_instead_of_per_node_folders():
         assert project["services"][node]["volumes"] == want
     plain = compose_target.project(compose("smoke", two))
     assert plain["services"]["node-1"]["volumes"] == ["${MOEKIT_RUNS:-./outputs}/node-1:/workspace/outputs"]
+
+
+def test_check_names_the_target_it_cannot_validate():
+    proc = moekit("render", "experiment=smoke", "target=compose", "--check")
+    assert proc.returncode == 2 and "target=compose has no schema" in proc.stderr, proc.stderr

@@ -119,15 +119,14 @@ def test_slurm_per_node_refuses_a_task_per_process():
 def test_slurm_task_needs_a_shared_run_dir():
     """Each task's moekit would otherwise make a run directory of its own."""
     from conftest import compose
-    from moekit.translate import job
 
     cfg = compose("smoke", ["cluster=slurm", "cluster.processes_per_node=8", "cluster.gpus_per_node=8"])
     with pytest.raises(rz.RendezvousError, match="run.dir=PATH"):
-        job.processes(cfg, TASK)
+        rz.processes(cfg, TASK)
     shared = compose(
         "smoke", ["cluster=slurm", "cluster.processes_per_node=8", "cluster.gpus_per_node=8", "run.dir=/r"]
     )
-    assert [p[rz.PROCESS_ID] for p in job.processes(shared, TASK)] == ["9"]
+    assert [p[rz.PROCESS_ID] for p in rz.processes(shared, TASK)] == ["9"]
 
 
 def test_launchers_share_a_run_dir(tmp_path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, losses, moekit
+from conftest import REPO, live_workers, losses, moekit
 
 STEPS = 12
 # fp32: the comparison is about resuming, not about bf16 reduction order.
@@ -22,22 +22,6 @@ COMMON = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}",
 
 def _steps(path: Path) -> list[int]:
     return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
-
-
-def _alive_workers(run: Path) -> list[int]:
-    """Processes whose command line names the run directory (moekit's workers)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (proc / "stat").read_text().split(") ", 1)[1][0]
-        except (OSError, IndexError):
-            continue
-        if "moekit.worker" in cmd and str(run) in cmd and state != "Z":
-            found.append(int(proc.name))
-    return found
 
 
 def _kill_after_checkpoint(run: Path, timeout_s: float = 420, command: list[str] = COMMON, ckpt: int = 3) -> None:
@@ -124,9 +108,9 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
     _kill_after_checkpoint(run, ckpt=6)
     # The workers die with their launcher (PR_SET_PDEATHSIG): nothing is left holding the run.
     deadline = time.monotonic() + 30
-    while _alive_workers(run) and time.monotonic() < deadline:
+    while live_workers(run) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _alive_workers(run) == []
+    assert live_workers(run) == {}
     killed_steps = _steps_partial(run / "metrics.jsonl")
     assert json.loads((run / "manifest.json").read_text())["status"] == "running"  # moekit got no chance to record
     (run / "smoke" / "checkpoints" / "6" / "items" / "_METADATA").unlink()

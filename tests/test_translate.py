@@ -6,7 +6,7 @@ import pytest
 
 from conftest import compose
 from moekit.translate.job import build, per_process
-from moekit.translate.maxtext_args import format_value
+from moekit.translate.values import maxtext as format_value
 
 CASES = [  # id, overrides, args that must appear, args that must not
     ("grouped-default", [], ["sparse_matmul=true", "megablox=false", "capacity_factor=-1.0"], ["megablox=true"]),

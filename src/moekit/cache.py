@@ -17,6 +17,7 @@ ENV = "MOEKIT_CACHE_DIR"
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """The cache folder: $MOEKIT_CACHE_DIR, else $XDG_CACHE_HOME/moekit, else ~/.cache/moekit."""
     env = os.environ if environ is None else environ
     if env.get(ENV):
         return Path(env[ENV])

@@ -37,6 +37,7 @@ class Parser(argparse.ArgumentParser):
     """argparse with "did you mean" for a mistyped option, choice or command (difflib)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        """argparse's usage error (exit status 2), plus the closest option, choice or command when one is near."""
         super().error(message + _did_you_mean(self, message))
 
 
@@ -96,6 +97,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command `argv` names; returns its exit status. User errors print one line, not a traceback; an
+    interrupt returns 130 and a closed stdout pipe 141."""
     warnings.filterwarnings("ignore", module="hydra")
     warnings.filterwarnings("ignore", category=UserWarning)
     try:

@@ -24,6 +24,8 @@ REMOTE = ("gs://", "hf://", "s3://", "http://", "https://")
 
 @dataclass(frozen=True, slots=True)
 class Found:
+    """What the data checks found, for `found_text`: the local files, the tokenizer and its vocabulary."""
+
     files: list[str]
     """Local files matching data.files (remote patterns are left to MaxText)."""
     tokenizer_path: str | None

@@ -19,6 +19,8 @@ DOC = "docs/troubleshooting.md"
 
 @dataclass(frozen=True, slots=True)
 class FailureClass:
+    """One kind of failure: its name, its troubleshooting section's title and the log lines that reveal it."""
+
     name: str
     title: str
     patterns: tuple[str, ...]
@@ -113,6 +115,8 @@ JOINED = "moekit: rendezvous complete"
 
 @dataclass(frozen=True, slots=True)
 class Failure:
+    """The class of one failed process: which class, the exit status and the evidence it was read from."""
+
     name: str
     title: str
     returncode: int
@@ -121,9 +125,11 @@ class Failure:
 
     @property
     def doc(self) -> str:
+        """Where the class's causes and fixes are: its section of docs/troubleshooting.md."""
         return f"{DOC}#{anchor(self.title)}"
 
     def to_dict(self) -> dict[str, object]:
+        """The failure as the run's manifest records it, with a `help` link to its troubleshooting section."""
         return {
             "class": self.name,
             "title": self.title,

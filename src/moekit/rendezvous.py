@@ -3,7 +3,8 @@
 One function per environment (local, JobSet, Slurm), chosen by cluster.kind in FROM_CLUSTER. Each takes the
 environment as an argument (never reads os.environ itself) and returns the Rendezvous of every process this
 host must start.
-`process_env` turns one into the variables moekit's worker reads before MaxText starts.
+`process_env` turns one into the variables moekit's worker reads before MaxText starts; `processes` does both for
+a config and holds the rules that tie the environment to it (process count, one run directory for Slurm's tasks).
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from moekit.errors import MoekitError
 
-if TYPE_CHECKING:
-    from moekit.config.schema import Cluster
+if TYPE_CHECKING:  # annotations only: the worker imports this module before anything else
+    from moekit.config.schema import Cluster, Config
 
 # The variables moekit.worker reads; JAX_COORDINATOR_ADDRESS and JAX_LOCAL_DEVICE_IDS are also JAX's own.
 COORDINATOR = "JAX_COORDINATOR_ADDRESS"
@@ -37,6 +38,8 @@ class RendezvousError(MoekitError):
 
 @dataclass(frozen=True, slots=True)
 class Rendezvous:
+    """Who one process is in the job, as the environment of its cluster says."""
+
     coordinator: str
     """host:port of process 0's coordinator service."""
     num_processes: int
@@ -222,3 +225,40 @@ def node0_placeholders(c: Cluster, num_processes: int, gpu: bool) -> list[Rendez
         )
         for local in range(c.processes_per_node)
     ]
+
+
+def processes(cfg: Config, environ: Mapping[str, str], rendezvous_timeout_s: int | None = None) -> list[dict[str, str]]:
+    """Per-process rendezvous env for the processes this host starts, read from the launcher's environment.
+
+    rendezvous_timeout_s defaults to cluster.rendezvous_timeout_s: how long a process waits for the others.
+    """
+    timeout = rendezvous_timeout_s or cfg.cluster.rendezvous_timeout_s
+    c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
+    found = for_cluster(c, environ, gpu)
+    if c.kind == "slurm" and len(found) < cfg.num_processes and not cfg.run.dir:
+        raise RendezvousError(
+            "this Slurm task starts only some of the job's processes, and without run.dir each task would "
+            "make a run directory of its own; give them one: run.dir=PATH (the rendered script sets "
+            "run.dir=<run.base_dir>/<experiment>/slurm-$SLURM_JOB_ID)."
+        )
+    if found[0].num_processes != cfg.num_processes:
+        raise RendezvousError(
+            f"the environment describes {found[0].num_processes} processes but the config {cfg.num_processes} "
+            f"(cluster.nodes={c.nodes} x cluster.processes_per_node={c.processes_per_node}); make them agree."
+        )
+    return [process_env(r, timeout) for r in found]
+
+
+def dry_run_processes(cfg: Config, environ: Mapping[str, str]) -> list[dict[str, str]]:
+    """What --dry-run shows: this host's processes; for a multi-node job outside its cluster, node 0's.
+
+    Node ranks and the coordinator's host name exist only where the job runs, so they are shown as placeholders.
+    """
+    try:
+        return processes(cfg, environ)
+    except RendezvousError:
+        if cfg.cluster.nodes == 1:
+            raise
+    c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
+    node0 = node0_placeholders(c, cfg.num_processes, gpu)
+    return [process_env(r, c.rendezvous_timeout_s) for r in node0]

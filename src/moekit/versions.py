@@ -13,6 +13,8 @@ PACKAGES = ("jax", "jaxlib", "maxtext", "flax", "transformer-engine", "tokamax")
 
 
 def versions() -> dict[str, str]:
+    """Versions of Python, moekit and the stack's packages that are installed (absent ones left out), plus the host
+    name and platform."""
     out = {"python": sys.version.split()[0], "moekit": moekit.__version__}
     for name in PACKAGES:
         try:

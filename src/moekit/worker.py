@@ -197,6 +197,8 @@ def point_maxtext_at_its_assets(environ: dict[str, str]) -> dict[str, str]:
 
 
 def main() -> None:
+    """Join the rendezvous, prepare the process for MaxText (assets, te_gmm hook, secret arguments), then run the
+    module named by the first argument as `python -m` would, with the remaining arguments."""
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m moekit.worker <module> key=value ...")
     module = sys.argv[1]

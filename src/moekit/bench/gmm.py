@@ -22,6 +22,8 @@ TOLERANCE = {"te_gmm_fp8": 0.15}  # E4M3 operands: a few percent per element
 
 @dataclass(frozen=True, slots=True)
 class Shape:
+    """One grouped GEMM: a `rows` x `k` input against `groups` expert weights of `k` x `n` each."""
+
     groups: int
     """Local experts (G)."""
     rows: int
@@ -33,6 +35,7 @@ class Shape:
 
     @property
     def flop(self) -> float:
+        """Floating-point operations of one call: 2 x rows x k x n (a multiply and an add each)."""
         return 2.0 * self.rows * self.k * self.n
 
 
@@ -174,6 +177,7 @@ def _row(
 
 
 def format_table(result: dict[str, Any]) -> str:
+    """`run`'s result as a markdown table: ms, TFLOP/s and fraction of the ceiling per back end and skew."""
     s = result["shape"]
     lines = [
         f"grouped GEMM: G={s['groups']} M={s['rows']} K={s['k']} N={s['n']} {result['dtype']}, "

@@ -42,6 +42,7 @@ def _shape_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The `gmm` and `dispatch` subcommands, each with the shape options."""
     sub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
     g = sub.add_parser("gmm", help="grouped-GEMM latency and TFLOP/s vs the equal-group batched-matmul ceiling")
     _shape_arguments(g)
@@ -100,6 +101,7 @@ def _list(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Time the chosen benchmark: estimate and progress on stderr, the table or JSON on stdout; returns 0."""
     import jax
 
     from moekit.bench import dispatch, gmm, timing

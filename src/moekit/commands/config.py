@@ -9,6 +9,7 @@ HELP = "list the config groups and their options, or show a composed config with
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The `groups` and `show` views, each with --format."""
     sub = p.add_subparsers(dest="view", required=True, metavar="VIEW")
     g = sub.add_parser("groups", help="every group, its options and what each one is (group=option to choose)")
     g.add_argument("group", nargs="?", help="only this group")
@@ -19,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Print the groups and their options, or the composed config with each value's source; returns 0."""
     from moekit.config import sources
     from moekit.config.compose import GROUPS
     from moekit.errors import ConfigError
@@ -49,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_groups(found: dict[str, dict[str, str]]) -> str:
+    """Each group's options with their one-line descriptions, then how to choose them."""
     out = []
     for group, options in found.items():
         out.append(f"{group}=")
@@ -61,6 +64,8 @@ def format_groups(found: dict[str, dict[str, str]]) -> str:
 
 
 def format_show(comp, rows: list[tuple[str, object, str]]) -> str:
+    """The composed config as YAML-like lines, each value with what set it, headed by the group choices and the files
+    in merge order."""
     out = ["# groups (option, chosen by)"]
     out += [f"#   {c.group}={c.option}  ({c.chosen_by})" for c in comp.choices]
     out.append("# files, in Hydra's merge order (a later one wins): " + ", ".join(comp.files))

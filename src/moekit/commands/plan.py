@@ -19,6 +19,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The overrides, --format, --scale and --compute-tflops."""
     p.add_argument("overrides", nargs="*", help="Hydra overrides: group=option, a.b=value")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument(
@@ -30,10 +31,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def data_file(name: str) -> dict[str, Any]:
+    """A YAML file shipped in moekit/data (link speeds, plan calibration), parsed."""
     return yaml.safe_load((DATA / name).read_text())
 
 
 def run(args: argparse.Namespace) -> int:
+    """Compose and check the config, then print its plan (text or JSON); returns 0. Launches nothing."""
     try:
         scale = [int(x) for x in args.scale.split(",") if x.strip()]
     except ValueError:
@@ -60,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_text(p: dict[str, Any]) -> str:
+    """The plan as text: memory items per device, FLOPs and collectives, step-time model and scaling."""
     m, mem = p["model"], p["memory"]
     lines = [
         f"# moekit plan: {p['experiment']} on {p['hardware']}, {p['mesh']['text']}",

@@ -25,6 +25,8 @@ HELP = "write the composed config as a JobSet manifest or a Slurm batch script"
 
 @dataclass(frozen=True, slots=True)
 class Target:
+    """One render target: the cluster option it runs under, how to render it and how to check the result."""
+
     cluster: str
     """The cluster option the rendered job runs under (its processes find their ranks through it)."""
     render: Callable[[Config, Sequence[str], list[str]], str]
@@ -69,6 +71,7 @@ TARGETS: dict[str, Target] = {
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The target and overrides, -o, --check, --crd, --kubernetes and --refresh."""
     p.add_argument("overrides", nargs="*", help=f"target=({'|'.join(TARGETS)}) plus Hydra overrides")
     p.add_argument("-o", "--output", help="write to FILE instead of standard output")
     p.add_argument("--check", action="store_true", help="validate the manifest as the cluster would; exit 1 on errors")
@@ -82,6 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def split_target(overrides: Sequence[str]) -> tuple[str, list[str]]:
+    """(target name, the other overrides); exactly one known `target=` must be given."""
     targets = [o.split("=", 1)[1] for o in overrides if o.startswith("target=")]
     rest = [o for o in overrides if not o.startswith("target=")]
     if len(targets) != 1 or targets[0] not in TARGETS:
@@ -134,6 +138,7 @@ def refresh(folder: Path) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Render to -o or stdout, or refresh a folder; returns 1 when --check finds problems, else 0."""
     if args.refresh:
         for path in refresh(Path(args.refresh)):
             print(f"moekit: rendered {path}", file=sys.stderr)
@@ -141,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
     text, cfg, target = render(args.overrides, args.output)
     if args.check:
         if target.check is None:
-            raise MoekitError(f"--check has nothing to validate target={target.cluster} against")
+            name = split_target(args.overrides)[0]
+            raise MoekitError(f"--check validates JobSets only; target={name} has no schema to check against")
         found = target.check(text, args, cfg)
         for p in found:
             print(f"moekit: invalid: {p}", file=sys.stderr)

@@ -11,6 +11,7 @@ HELP = "report on run directories: steady-state table, speed-ups, published numb
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The run directories (the first is the baseline) and --out."""
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories; the first is the baseline")
     p.add_argument(
         "--out", type=Path, help="folder for report.md and plots (default: the run directory, or the runs' parent)"
@@ -18,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Write report.md and its plots, print the summary tables; returns 0."""
     path, shown, pngs = write_report(args.runs, args.out)
     print(shown)
     print(f"moekit: wrote {path} and {', '.join(pngs)}")

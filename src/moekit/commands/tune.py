@@ -35,6 +35,7 @@ HELP = "sweep configurations through moekit train, discard OOM/diverging ones, w
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The base overrides, the candidates (--axis, --candidate), the loss reference, and where and how long to run."""
     p.add_argument("overrides", nargs="*", help="the base: experiment=... and other Hydra overrides")
     p.add_argument("--axis", action="append", default=[], metavar="KEY=V1,V2", help="sweep axis (repeatable)")
     p.add_argument("--candidate", action="append", default=[], metavar="'K=V K=V'", help="one extra candidate")
@@ -89,6 +90,8 @@ def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], dict[str, Any
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run references then candidates, judge each candidate's losses against its batch's reference, and write the
+    fastest accepted one as a preset; returns 1 when none is accepted, else 0."""
     experiment = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("experiment=")), None)
     name = args.name or f"{experiment or 'default'}_tuned"
     if why := formats.EXPERIMENT_NAME.problem(name):  # it names conf/experiment/<name>.yaml and its experiment_name
@@ -185,6 +188,7 @@ def format_failures(runs: list[dict[str, Any]]) -> str:
 
 
 def format_table(runs: list[dict[str, Any]]) -> str:
+    """Every run as a markdown table row: role, overrides, status, speed, memory and the loss check."""
     lines = [
         "| role | overrides | status | why | s/step | TFLOP/s/dev | tokens/s/dev | peak GiB | check | accepted |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -230,7 +234,7 @@ def preset_yaml(name: str, best: dict[str, Any]) -> str:
             "source": f"moekit tune on {v.get('host', '?')} ({v.get('platform', '?')}); jax {v.get('jax')}, "
             f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}; "
             f"candidate {Path(best['run_dir']).name} of the sweep",  # a folder name, never a machine's path
-            "gpus": 1,
+            "gpus": best.get("devices") or 1,
             "date": best.get("date"),
         },
     }

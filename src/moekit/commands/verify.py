@@ -31,6 +31,7 @@ class VerifyError(MoekitError):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The reference overrides, the candidates, steps, tolerances, a reused reference and --out."""
     p.add_argument("overrides", nargs="*", help="the reference: Hydra overrides (experiment=smoke ...)")
     p.add_argument(
         "--candidate",
@@ -99,6 +100,8 @@ def _train(cfg: Config, overrides: list[str], where: Path) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Train the reference and each candidate, compare their metrics step by step and write verify.json; returns 1
+    when any candidate is not equivalent (or did not train), else 0."""
     base, ref_cfg, candidates = plan(args)
     if args.out is not None:
         out = args.out

@@ -18,6 +18,8 @@ from moekit.redact import is_secret_name
 
 
 class Problem(NamedTuple):
+    """One thing wrong with a config: the key, what is wrong and the override that fixes it (may be empty)."""
+
     key: str
     what: str
     fix: str
@@ -32,17 +34,21 @@ WARNINGS: list[Check] = []  # what runs, but not as the user likely means (slow,
 
 
 def check(fn: Check) -> Check:
+    """Register `fn` as a check: its problems refuse the config."""
     CHECKS.append(fn)
     return fn
 
 
 def warning(fn: Check) -> Check:
+    """Register `fn` as a warning: its problems are printed before launch, never refused."""
     WARNINGS.append(fn)
     return fn
 
 
 @check
 def mesh_matches_devices(cfg: Config) -> Iterator[Problem]:
+    """The ICI axes (at most one -1, filled) times the DCN axes (none -1) give exactly the job's devices, split
+    evenly into slices."""
     ici, dcn = cfg.parallelism.ici, cfg.parallelism.dcn
     if sum(v == -1 for _, v in ici.items()) > 1:
         yield Problem("parallelism.ici", "more than one axis is -1", "leave at most one ICI axis at -1")
@@ -73,6 +79,7 @@ def mesh_matches_devices(cfg: Config) -> Iterator[Problem]:
 
 @check
 def processes_fit_devices(cfg: Config) -> Iterator[Problem]:
+    """JAX on GPUs runs one process per node or one per GPU; CPU host devices split evenly over the processes."""
     c = cfg.cluster
     if cfg.hardware.platform == "gpu" and c.processes_per_node not in (1, c.gpus_per_node):
         yield Problem(
@@ -91,6 +98,7 @@ def processes_fit_devices(cfg: Config) -> Iterator[Problem]:
 
 @check
 def local_is_one_host(cfg: Config) -> Iterator[Problem]:
+    """cluster=local runs on this host only, so it has one node."""
     if cfg.cluster.kind == "local" and cfg.cluster.nodes != 1:
         yield Problem(
             "cluster.nodes",
@@ -101,6 +109,7 @@ def local_is_one_host(cfg: Config) -> Iterator[Problem]:
 
 @check
 def experts_divide_over_ep(cfg: Config) -> Iterator[Problem]:
+    """Each expert-parallel rank holds the same number of experts."""
     ep = cfg.ici_filled["expert"] * cfg.parallelism.dcn.expert
     if ep > 0 and cfg.model.num_experts % ep:
         yield Problem(
@@ -119,6 +128,7 @@ def _expert_axis_fix(cfg: Config, size: int) -> str:
 
 @check
 def batch_divides(cfg: Config) -> Iterator[Problem]:
+    """The global batch is a whole number of sequences and divides over the data-parallel ranks."""
     batch = cfg.global_batch
     if abs(batch - round(batch)) > 1e-9 or round(batch) < 1:
         yield Problem(
@@ -140,6 +150,8 @@ def batch_divides(cfg: Config) -> Iterator[Problem]:
 
 @check
 def dropless(cfg: Config) -> Iterator[Problem]:
+    """No setting drops tokens (a capacity factor, a capped receive buffer) unless moe.allow_token_dropping says it
+    is meant."""
     # The TE MoE block never reads capacity_factor; its receive buffer is checked by te_moe_requirements.
     drops = cfg.moe.backend == "capacity" or (cfg.moe.capacity_factor > 0 and cfg.moe.backend != "te")
     if cfg.moe.backend != "te" and cfg.moe.ragged_buffer_factor > 0 and not cfg.moe.allow_token_dropping:
@@ -171,6 +183,7 @@ def _dropless_fix(cfg: Config) -> str:
 
 @check
 def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
+    """megablox is a TPU kernel: on a GPU it runs interpreted, about 9x slower, so it needs moe.force."""
     if cfg.moe.backend == "megablox" and cfg.hardware.platform == "gpu" and not cfg.moe.force:
         yield Problem(
             "moe",
@@ -183,6 +196,7 @@ def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
 
 @check
 def tokamax_gpu_takes_half_precision(cfg: Config) -> Iterator[Problem]:
+    """tokamax's GPU grouped GEMM takes bf16/fp16 inputs only: precision=fp32 cannot run it."""
     if cfg.moe.backend == "tokamax" and cfg.hardware.platform == "gpu" and cfg.precision.name == "fp32":
         yield Problem(
             "precision",
@@ -195,6 +209,7 @@ def tokamax_gpu_takes_half_precision(cfg: Config) -> Iterator[Problem]:
 
 @check
 def precision_supported(cfg: Config) -> Iterator[Problem]:
+    """fp8 and mxfp8 need tensor cores the hardware has."""
     p, f = cfg.precision.name, cfg.hardware.features
     if p == "mxfp8" and not f.mxfp8:
         yield Problem(
@@ -211,6 +226,7 @@ def precision_supported(cfg: Config) -> Iterator[Problem]:
 
 
 def expert_parallel_size(cfg: Config) -> int:
+    """Ranks the experts are spread over: the ICI expert axis (filled) times the DCN one."""
     return cfg.ici_filled["expert"] * cfg.parallelism.dcn.expert
 
 
@@ -221,6 +237,8 @@ def uses_ring_of_experts(cfg: Config) -> bool:
 
 @check
 def te_moe_requirements(cfg: Config) -> Iterator[Problem]:
+    """moe=te needs SM >= 90, one process per GPU and at least 2 processes, NCCL EP dispatch and a receive buffer of
+    at least the balanced load."""
     if cfg.moe.backend != "te":
         return
     hw, c = cfg.hardware, cfg.cluster
@@ -268,6 +286,8 @@ TE_GMM_PATH = {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": Fals
 
 @check
 def te_gmm_requirements(cfg: Config) -> Iterator[Problem]:
+    """moe=te_gmm needs MaxText on its ragged_dot path (no `maxtext.extra` key taking it off) and an NVIDIA GPU of
+    SM 90 or newer."""
     if cfg.moe.backend != "te_gmm":
         return
     off_path = {k: v for k, v in cfg.maxtext.extra.items() if k in TE_GMM_PATH and v != TE_GMM_PATH[k]}
@@ -291,6 +311,8 @@ def te_gmm_requirements(cfg: Config) -> Iterator[Problem]:
 
 @check
 def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
+    """The dispatch is one the back end reads and the platform runs: NCCL EP only with moe=te, ring only with expert
+    parallelism > 1 and a grouped-GEMM back end, no ragged all-to-all on CPU."""
     moe, ep = cfg.moe, expert_parallel_size(cfg)
     if moe.dispatch == "nccl_ep" and moe.backend != "te":
         yield Problem(
@@ -323,6 +345,7 @@ def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
 
 @check
 def memory_policy_consistent(cfg: Config) -> Iterator[Problem]:
+    """Per-tensor remat choices take effect only with remat_policy=custom."""
     mem = cfg.memory
     if mem.tensors and mem.remat_policy != "custom":
         yield Problem(
@@ -335,6 +358,7 @@ def memory_policy_consistent(cfg: Config) -> Iterator[Problem]:
 
 @check
 def attention_supported(cfg: Config) -> Iterator[Problem]:
+    """cudnn_flash_te attention runs on NVIDIA GPUs only."""
     if cfg.model.attention == "cudnn_flash_te" and cfg.hardware.platform != "gpu":
         yield Problem(
             "model.attention",
@@ -346,6 +370,7 @@ def attention_supported(cfg: Config) -> Iterator[Problem]:
 
 @check
 def profile_window_fits(cfg: Config) -> Iterator[Problem]:
+    """The profiled steps (skip_steps, then steps) end within train.steps."""
     p, steps = cfg.profile, cfg.train.steps
     need = p.skip_steps + p.steps
     if p.enabled and need > steps:
@@ -468,6 +493,8 @@ def text_fits_its_format(cfg: Config) -> Iterator[Problem]:
 
 @check
 def volumes_valid(cfg: Config) -> Iterator[Problem]:
+    """Volumes have unique DNS-label names and absolute paths, one source each on JobSet and none on Slurm;
+    cluster.output names a writable one."""
     c = cfg.cluster
     names = [v.name for v in c.volumes]
     for i, v in enumerate(c.volumes):
@@ -605,6 +632,7 @@ def no_inline_secrets(cfg: Config) -> Iterator[Problem]:
 
 
 def problems(cfg: Config) -> list[Problem]:
+    """Every check's problems, in registration order; empty for a valid config."""
     return [p for fn in CHECKS for p in fn(cfg)]
 
 
@@ -614,6 +642,7 @@ def warnings(cfg: Config) -> list[Problem]:
 
 
 def format_warnings(found: list[Problem]) -> str:
+    """One `moekit: warning:` line (and its fix) per warning."""
     return "\n".join(f"moekit: warning: {p}" for p in found)
 
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
 from moekit.config import formats
-from moekit.config.schema import Config
+from moekit.config.schema import Config, defaults
 from moekit.errors import ConfigError
 
 # Free-form mappings: a key under them may be new, so `a.b.KEY=V` is passed to Hydra as `++a.b.KEY=V`.
@@ -45,6 +46,30 @@ GROUPS = (
 )
 
 
+# The name config.yaml's defaults list gives the schema's defaults (schema.defaults, stored in Hydra's ConfigStore).
+DEFAULTS_NODE = "base_config"
+
+
+@contextlib.contextmanager
+def hydra_at(conf: Path) -> Iterator[None]:
+    """Hydra initialized on the config tree `conf`, with the schema's defaults where config.yaml's `base_config`
+    entry finds them (Hydra's ConfigStore): no file repeats a default, and every key exists before the files and
+    overrides set it. Hydra's global state is cleared on the way in and out."""
+    from hydra import initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    ConfigStore.instance().store(name=DEFAULTS_NODE, node=defaults())
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with initialize_config_dir(config_dir=str(conf), version_base=None):
+                yield
+    finally:
+        GlobalHydra.instance().clear()
+
+
 def config_dir() -> Path:
     """conf/ of this checkout or image: $MOEKIT_CONF_DIR, else the repository's, else ./conf."""
     if env := os.environ.get("MOEKIT_CONF_DIR"):
@@ -56,14 +81,14 @@ def config_dir() -> Path:
 
 
 def group_options(group: str, conf: Path | None = None) -> list[str]:
+    """The options of a config group: the names of its YAML files in conf/<group>/, sorted."""
     folder = (conf or config_dir()) / group
     return sorted(p.stem for p in folder.glob("*.yaml"))
 
 
 def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConfig:
     """Hydra composition only; Hydra's errors become ConfigErrors that list the valid choices."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra import compose
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -84,16 +109,11 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
     overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
-    GlobalHydra.instance().clear()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with initialize_config_dir(config_dir=str(conf), version_base=None):
-                return compose(config_name="config", overrides=list(overrides))
+        with hydra_at(conf):
+            return compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> str:

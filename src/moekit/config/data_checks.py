@@ -16,6 +16,8 @@ FORMATS = {"hf": ("parquet", "json", "arrow"), "grain": ("arrayrecord", "parquet
 
 @check
 def data_source_complete(cfg: Config) -> Iterator[Problem]:
+    """A file-reading pipeline has its files, a format it reads and a tokenizer MaxText loads the way it is
+    configured; the hf pipeline takes at most 1 worker."""
     d = cfg.data
     if d.dataset_type not in FORMATS:
         return
@@ -63,6 +65,8 @@ def data_source_complete(cfg: Config) -> Iterator[Problem]:
 
 @check
 def packing_with_te_attention(cfg: Config) -> Iterator[Problem]:
+    """cudnn_flash_te on packed sequences (one process per node) needs a bound on the documents per sequence, or
+    MaxText refuses it."""
     attention = cfg.maxtext.extra.get("attention", cfg.model.attention)
     if (
         cfg.maxtext_hardware == "gpu"

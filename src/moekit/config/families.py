@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Family:
+    """What MaxText's decoder for one MoE family reads, accepts and refuses."""
+
     decoder_block: str
     """MaxText decoder_block."""
     models: str

@@ -20,6 +20,8 @@ def _attention(cfg: Config) -> str | None:
 
 @check
 def routing_has_one_owner(cfg: Config) -> Iterator[Problem]:
+    """Routing keys and decoder_block are set through the model option only, never through `model.extra` or
+    `maxtext.extra`, where they would bypass the family checks."""
     for where, mapping in (("model.extra", cfg.model.extra), ("maxtext.extra", cfg.maxtext.extra)):
         for key in ROUTING_KEYS + ("decoder_block",):
             if key in mapping:
@@ -61,6 +63,8 @@ def decoder_reads_the_routing(cfg: Config) -> Iterator[Problem]:
 
 @check
 def layers_fit_the_family(cfg: Config) -> Iterator[Problem]:
+    """The layers are whole cycles of the family's pattern, leave at least one MoE layer, and top-k is within what
+    the decoder accepts."""
     m, fam = cfg.model, FAMILIES[cfg.model.decoder_block]
     cycle = max(fam.layer_cycle, m.routing.interleave_moe_layer_step)
     if m.num_layers % cycle:
@@ -89,6 +93,7 @@ def layers_fit_the_family(cfg: Config) -> Iterator[Problem]:
 
 @check
 def group_limited_routing(cfg: Config) -> Iterator[Problem]:
+    """Group-limited routing has both settings, equal groups that hold top-k, and a model (or moe=te) that runs it."""
     m = cfg.model
     groups, top = m.routing.n_routing_groups, m.routing.topk_routing_group
     if groups == -1 and top == -1:
@@ -131,6 +136,8 @@ def group_limited_routing(cfg: Config) -> Iterator[Problem]:
 
 @check
 def backend_supports_family(cfg: Config) -> Iterator[Problem]:
+    """moe=te runs the family and its routing options, and token dropping is off where MaxText refuses it for the
+    family."""
     m, fam, moe = cfg.model, FAMILIES[cfg.model.decoder_block], cfg.moe
     if moe.backend == "te":
         if fam.te_moe_block:
@@ -166,6 +173,7 @@ def backend_supports_family(cfg: Config) -> Iterator[Problem]:
 
 @check
 def attention_runs_the_family(cfg: Config) -> Iterator[Problem]:
+    """A family with attention sinks uses, on GPU, an attention kernel that runs them."""
     fam, attention = FAMILIES[cfg.model.decoder_block], _attention(cfg)
     if fam.attention_sinks and cfg.hardware.platform == "gpu" and attention not in ("cudnn_flash_te", "dot_product"):
         yield Problem(

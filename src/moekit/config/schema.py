@@ -23,6 +23,8 @@ class Section(BaseModel):
 
 
 class Run(Section):
+    """Where a run is kept and how it is watched: name, directory, redacted secrets, hang watchdog."""
+
     name: str | None = None
     """MaxText run_name; None means the experiment name."""
     dir: str | None = None
@@ -39,6 +41,8 @@ class Run(Section):
 
 
 class Train(Section):
+    """The training loop: steps, batch, sequence length, seed and learning-rate schedule."""
+
     steps: int = Field(10, ge=1)
     """Optimizer steps to run."""
     per_device_batch_size: int | float = Field(2, gt=0)
@@ -54,6 +58,8 @@ class Train(Section):
 
 
 class Axes(Section):
+    """Sizes of the mesh axes (data, fsdp, tensor, expert) at one level, ICI or DCN."""
+
     data: int = 1
     """Pure data parallelism (replicated weights)."""
     fsdp: int = 1
@@ -71,10 +77,13 @@ class Axes(Section):
         return self
 
     def items(self) -> list[tuple[str, int]]:
+        """(axis name, size) for each axis, always in the order data, fsdp, tensor, expert."""
         return [("data", self.data), ("fsdp", self.fsdp), ("tensor", self.tensor), ("expert", self.expert)]
 
 
 class Parallelism(Section):
+    """The device mesh: axes within a slice (ICI) and across slices (DCN)."""
+
     ici: Axes = Axes(fsdp=-1)
     """Axes inside a slice (NVLink domain / node); -1 in one axis fills the remaining devices."""
     dcn: Axes = Axes()
@@ -82,16 +91,22 @@ class Parallelism(Section):
 
 
 class Checkpoint(Section):
+    """How often Orbax checkpoints are saved."""
+
     every: int = Field(0, ge=0)
     """Steps between Orbax checkpoints; 0 disables checkpointing."""
 
 
 class MaxText(Section):
+    """Raw MaxText keys, passed through as written."""
+
     extra: dict[str, Scalar] = {}
     """Raw MaxText keys passed through last (escape hatch; MaxText's validator still checks them)."""
 
 
 class Provenance(Section):
+    """Where an expected number comes from: a publication or a measurement."""
+
     kind: Literal["published", "measured"]
     """Where a number comes from."""
     source: str
@@ -103,6 +118,8 @@ class Provenance(Section):
 
 
 class Expect(Section):
+    """The performance an experiment is expected to reach, each number with its provenance."""
+
     tflops_per_gpu: float | None = None
     """Expected model TFLOP/s per GPU."""
     baseline_tflops_per_gpu: float | None = None
@@ -150,6 +167,8 @@ class Routing(Section):
 
 
 class Model(Section):
+    """The model: MaxText model file, decoder family, layer and expert counts, routing."""
+
     name: str
     """MaxText model_name (a file in MaxText's configs/models/)."""
     decoder_block: DecoderBlock
@@ -179,6 +198,8 @@ class Model(Section):
 
 
 class Moe(Section):
+    """How the routed experts are computed: back end, dispatch, capacity and receive buffers."""
+
     backend: Literal["te", "te_gmm", "tokamax", "ragged_dot", "dense", "capacity", "megablox"]
     """Routed-expert compute path; see docs/optimizations.md."""
     capacity_factor: float = -1.0
@@ -199,14 +220,18 @@ class Moe(Section):
 
 
 class Precision(Section):
+    """The GEMM precision (option precision=)."""
+
     name: Literal["fp32", "bf16", "fp8", "mxfp8"]
     """GEMM precision set."""
 
 
 class Memory(Section):
+    """Remat and offload of activations (option memory=)."""
+
     name: str = "custom"
     """Option name (conf/memory/<name>.yaml); shown as the origin of what it sets."""
-    remat_policy: str = "full"
+    remat_policy: str
     """MaxText remat_policy (full, minimal, save_dot_except_mlp, custom, ...)."""
     tensors: dict[str, Literal["device", "remat", "offload"]] = {}
     """Per-tensor choices for remat_policy=custom (MaxText keys such as moe_mlpwi_0)."""
@@ -215,6 +240,8 @@ class Memory(Section):
 
 
 class Xla(Section):
+    """XLA flags and JAX compiler settings (option xla=)."""
+
     name: str = "custom"
     """Option name (conf/xla/<name>.yaml); shown as the origin of each flag."""
     flags: dict[str, Scalar] = {}
@@ -224,38 +251,44 @@ class Xla(Section):
 
 
 class Peaks(Section):
-    bf16: float | None = None
-    """Dense BF16 peak, TFLOP/s per device."""
-    fp8: float | None = None
-    """Dense FP8 peak, TFLOP/s per device."""
+    """Datasheet dense peaks per device, the denominators of MFU."""
+
+    bf16: float | None
+    """Dense BF16 peak, TFLOP/s per device; None where no meaningful peak exists (CPU)."""
+    fp8: float | None
+    """Dense FP8 peak, TFLOP/s per device; None where no meaningful peak exists (CPU)."""
 
 
 class Features(Section):
-    fp8: bool = False
+    """The low-precision formats the tensor cores run."""
+
+    fp8: bool
     """FP8 tensor cores (Hopper and newer)."""
-    mxfp8: bool = False
+    mxfp8: bool
     """Block-scaled MXFP8 tensor cores (Blackwell only)."""
 
 
 class Hardware(Section):
+    """The accelerator: platform, architecture, memory, NVLink domain, peaks and features (option hardware=)."""
+
     name: str
     """Hardware option name (cpu, h100, h200, b200, gb200, gb300)."""
     platform: Literal["cpu", "gpu"]
     """JAX platform."""
     arch: str
     """Architecture family (cpu, hopper, blackwell)."""
-    sm: int | None = None
+    sm: int | None
     """CUDA compute capability as an integer (90 = 9.0); None on CPU."""
-    hbm_gib: float | None = None
-    """Device memory per GPU, GiB."""
-    nvlink_domain: int | None = Field(None, ge=1)
+    hbm_gib: float | None
+    """Device memory per GPU, GiB; None on CPU."""
+    nvlink_domain: int | None = Field(ge=1)
     """GPUs that share one NVLink domain (8: an HGX/DGX node; 72: a GB200/GB300 NVL72 rack); None on CPU.
     The ICI axes (parallelism.ici) should fit in one; what crosses domains runs over the slower network."""
-    peak_tflops: Peaks = Peaks()
+    peak_tflops: Peaks
     """Datasheet peaks used for MFU."""
     peak_source: str
     """Citation of the peak numbers."""
-    features: Features = Features()
+    features: Features
     """What the tensor cores support."""
     low_precision: Literal["mxfp8", "fp8", "bf16"]
     """The lowest GEMM precision the tensor cores run natively: what precision=low resolves to (mxfp8 on Blackwell,
@@ -265,13 +298,15 @@ class Hardware(Section):
 
 
 class Cluster(Section):
+    """Where the job's processes run (local, JobSet or Slurm), how many, and the job's cluster settings."""
+
     kind: Literal["local", "jobset", "slurm"]
     """Where processes run."""
-    nodes: int = Field(1, ge=1)
+    nodes: int = Field(ge=1)
     """Nodes (hosts) in the job."""
-    gpus_per_node: int = Field(1, ge=1)
+    gpus_per_node: int = Field(ge=1)
     """Devices per node. On CPU: host devices per node, split evenly over its processes."""
-    processes_per_node: int = Field(1, ge=1)
+    processes_per_node: int = Field(ge=1)
     """JAX processes per node: 1 (one drives all devices) or gpus_per_node (one per device)."""
     coordinator_port: int = Field(12355, ge=1, le=65535)
     """TCP port of the jax.distributed coordinator (process 0)."""
@@ -336,6 +371,8 @@ class Cluster(Section):
 
 
 class Toleration(Section):
+    """One Kubernetes pod toleration."""
+
     key: str | None = None
     """Taint key; None with operator Exists tolerates every taint."""
     operator: Literal["Exists", "Equal"] = "Exists"
@@ -347,6 +384,8 @@ class Toleration(Section):
 
 
 class Volume(Section):
+    """Storage every pod mounts, or every Slurm node sees, at one path."""
+
     name: str
     """Volume name in the pod spec (a DNS-1123 label); cluster.output refers to it."""
     path: str
@@ -360,6 +399,8 @@ class Volume(Section):
 
 
 class SecretEnv(Section):
+    """An environment variable read from a key of a Kubernetes Secret."""
+
     env: str
     """Environment variable name in the container (e.g. HF_TOKEN)."""
     secret: str
@@ -369,6 +410,8 @@ class SecretEnv(Section):
 
 
 class Network(Section):
+    """The interconnect profile: NCCL environment, and the devices and capabilities pods need (option network=)."""
+
     name: str
     """Interconnect profile (none, ib, efa, gb200_computedomain)."""
     env: dict[str, Scalar] = {}
@@ -386,7 +429,9 @@ class Network(Section):
 
 
 class Profile(Section):
-    enabled: bool = False
+    """Profiling: whether MaxText's profiler traces training, and which steps."""
+
+    enabled: bool
     """Trace training with MaxText's xplane profiler and write a step-time breakdown (profile.json)."""
     skip_steps: int = Field(3, ge=1)
     """Steps before the traced window (step 0 compiles); MaxText skip_first_n_steps_for_profiler."""
@@ -395,7 +440,9 @@ class Profile(Section):
 
 
 class Data(Section):
-    dataset_type: Literal["synthetic", "tfds", "hf", "grain"] = "synthetic"
+    """The input pipeline: synthetic tokens or files, format, tokenizer, packing and shuffling (option data=)."""
+
+    dataset_type: Literal["synthetic", "tfds", "hf", "grain"]
     """MaxText dataset_type: synthetic tokens, Hugging Face datasets on files (hf), or Grain (grain)."""
     format: Literal["parquet", "json", "arrow", "arrayrecord"] | None = None
     """File format: hf reads parquet, json or arrow; grain reads arrayrecord (tf.train.Example records) or parquet."""
@@ -422,7 +469,8 @@ class Data(Section):
 class Config(Section):
     """A composed, typed moekit configuration."""
 
-    experiment_name: str
+    experiment_name: str = "default"
+    """Names run directories and cluster jobs; each experiment file sets its own."""
     run: Run = Run()
     train: Train = Train()
     parallelism: Parallelism = Parallelism()
@@ -438,23 +486,27 @@ class Config(Section):
     cluster: Cluster
     network: Network
     data: Data
-    profile: Profile = Profile()
+    profile: Profile
 
     # ---- derived values (never typed by hand) ----
     @property
     def num_processes(self) -> int:
+        """JAX processes in the job: nodes x processes per node."""
         return self.cluster.nodes * self.cluster.processes_per_node
 
     @property
     def devices_per_process(self) -> int:
+        """Devices each process drives: the node's devices split over its processes, at least 1."""
         return max(1, self.cluster.gpus_per_node // self.cluster.processes_per_node)
 
     @property
     def num_devices(self) -> int:
+        """Devices in the job: processes x devices per process."""
         return self.num_processes * self.devices_per_process
 
     @property
     def num_slices(self) -> int:
+        """Slices of the mesh: the product of the DCN axes."""
         return math.prod(v for _, v in self.parallelism.dcn.items())
 
     @property
@@ -484,7 +536,25 @@ class Config(Section):
 
     @property
     def run_name(self) -> str:
+        """MaxText's run_name: run.name, else the experiment name."""
         return self.run.name or self.experiment_name
 
     def to_dict(self) -> dict[str, Any]:
+        """The config as JSON-compatible nested mappings (what run directories record and views show)."""
         return self.model_dump(mode="json")
+
+
+def defaults(model: type[Section] = Config) -> dict[str, Any]:
+    """Every default of the schema as one nested mapping: the only place defaults are written. Hydra composes it
+    first (config.yaml's `base_config`), so every key can be set with a.b=value; group options and experiments
+    then write only what they choose. Required fields have no entry; a required section gets its defaults."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if field.is_required():
+            section = field.annotation
+            if isinstance(section, type) and issubclass(section, Section) and (inner := defaults(section)):
+                out[name] = inner
+            continue
+        value = field.get_default(call_default_factory=True)
+        out[name] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+    return out

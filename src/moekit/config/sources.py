@@ -7,7 +7,6 @@ writer of every key. Reads conf/ only.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options
+from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options, hydra_at
 
 SCHEMA_DEFAULT = "schema default (src/moekit/config/schema.py)"
 
@@ -39,6 +38,8 @@ def groups(conf: Path | None = None) -> dict[str, dict[str, str]]:
 
 @dataclass(frozen=True, slots=True)
 class Choice:
+    """Which option a config group got, and what chose it."""
+
     group: str
     option: str | None
     chosen_by: str
@@ -47,6 +48,8 @@ class Choice:
 
 @dataclass(frozen=True, slots=True)
 class Composition:
+    """How a set of overrides composes: the files merged, the group choices and each key's last writer."""
+
     files: list[str]
     """The config files in Hydra's merge order (later wins), relative to conf/."""
     packages: dict[str, str]
@@ -67,26 +70,21 @@ def _flat(node: Any, prefix: str) -> dict[str, Any]:
 
 def composition(overrides: Sequence[str], conf: Path | None = None) -> Composition:
     """Replay Hydra's defaults list for these overrides (compose() checks the overrides themselves)."""
-    from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
 
     conf = conf or config_dir()
     hydra_overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
-    GlobalHydra.instance().clear()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with initialize_config_dir(config_dir=str(conf), version_base=None):
-                loader = GlobalHydra.instance().config_loader()
-                found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
-    finally:
-        GlobalHydra.instance().clear()
+    with hydra_at(conf):
+        loader = GlobalHydra.instance().config_loader()
+        found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
     files, packages, sources = [], {}, {}
     for d in found.defaults:
         if d.config_path is None or d.config_path.startswith("hydra/") or d.package is None:
             continue
         path = f"{d.config_path}.yaml"
+        if not (conf / path).is_file():  # the schema's defaults (register_defaults): SCHEMA_DEFAULT names them
+            continue
         files.append(path)
         packages[path] = d.package
         body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}

@@ -37,6 +37,8 @@ RTOL, ATOL = VERIFY.rtol, VERIFY.atol  # verify's defaults (its --rtol/--atol)
 
 @dataclass(frozen=True, slots=True)
 class Divergence:
+    """The first disagreement: which key, at which step, and both runs' values there."""
+
     key: str
     step: int
     reference: float | None
@@ -46,6 +48,8 @@ class Divergence:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
+    """The result of comparing two runs: steps compared, largest differences and the first divergence."""
+
     steps: int
     """Steps compared."""
     max_abs_diff: dict[str, float]
@@ -55,6 +59,7 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
+        """Whether the runs agree within tolerance at every compared step."""
         return self.first is None
 
 

@@ -26,6 +26,8 @@ _MAX_FRAMES = 64
 
 @dataclass(frozen=True, slots=True)
 class Instruction:
+    """One HLO instruction of the dump: its name, opcode and what it was built from."""
+
     name: str
     opcode: str
     op_name: str = ""

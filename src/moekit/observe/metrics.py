@@ -15,6 +15,8 @@ class MetricsError(MoekitError):
 
 @dataclass(frozen=True, slots=True)
 class Metrics:
+    """A run's per-step metrics records, read from MaxText's metrics file at `path`."""
+
     rows: list[dict]
     """One dict per step, in step order (the last record of a repeated step wins)."""
     truncated_tail: bool = False
@@ -23,6 +25,8 @@ class Metrics:
 
 
 def read(path: Path) -> Metrics:
+    """The metrics file's records, one per step in step order. A cut-off last line (a killed run) is skipped; any
+    other unreadable line raises MetricsError, as does a missing file."""
     if not path.is_file():
         raise MetricsError(f"no metrics file at {path}: the run wrote no step (see its maxtext.log).")
     text = path.read_text(encoding="utf8", errors="replace")

@@ -171,6 +171,8 @@ _GEMM_KERNEL = re.compile(r"nvjet|xmma_gemm|s\d+gemm|gemm_|_gemm|cutlass|cublas"
 
 @dataclass(frozen=True, slots=True)
 class Rule:
+    """One rule of the table: its id, the bucket it assigns, why, and which operations it claims."""
+
     id: str
     bucket: str
     why: str

@@ -14,12 +14,15 @@ _STEP = re.compile(r"completed step: (\d+), seconds: ([\d.]+),.*?loss: ([\d.eE+-
 
 
 class StepLine(NamedTuple):
+    """One `completed step` line of MaxText's log: step number, seconds it took and loss."""
+
     step: int
     seconds: float
     loss: float
 
 
 def parse(line: str) -> StepLine | None:
+    """The step record in a MaxText log line, or None when the line reports no completed step."""
     m = _STEP.search(line)
     if not m:
         return None
@@ -27,6 +30,7 @@ def parse(line: str) -> StepLine | None:
 
 
 def format_progress(s: StepLine, total: int, elapsed_s: float) -> str:
+    """One progress line: steps done of `total`, seconds per step, loss and the ETA at this step's pace (seconds)."""
     done = s.step + 1
     eta = s.seconds * max(0, total - done)
     return (

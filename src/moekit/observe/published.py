@@ -30,4 +30,5 @@ def entry(entries: list[dict[str, Any]], entry_id: str) -> dict[str, Any]:
 
 
 def for_model(entries: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
+    """The entries measured on `model` (a MaxText model name)."""
     return [e for e in entries if e["model"] == model]

@@ -29,6 +29,7 @@ def labels(runs: Sequence[Run]) -> list[str]:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A markdown table; a `|` inside a cell is escaped."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines)
@@ -64,6 +65,8 @@ def status(r: Run) -> str:
 
 
 def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
+    """One row per run of measured numbers: status, step time and spread (s), throughput, MFU, final loss, versions
+    and date."""
     header = [
         "run",
         "experiment",
@@ -183,6 +186,7 @@ def breakdown_table(runs: Sequence[Run], names: Sequence[str]) -> str:
 
 
 def breakdown_section(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
+    """The step-time breakdown heading, explanation and table; empty when no run was profiled."""
     profiled = [(n, r) for n, r in zip(names, runs, strict=True) if r.profile]
     if not profiled:
         return []
@@ -227,6 +231,8 @@ def reference_rows(runs: Sequence[Run], names: Sequence[str], published: Sequenc
 
 
 def references_section(runs: Sequence[Run], names: Sequence[str], published: Sequence[dict[str, Any]]) -> str:
+    """The table of runs against reference numbers with its caveat, or a sentence saying no reference concerns these
+    runs' model."""
     rows = reference_rows(runs, names, published)
     if not rows:
         models = sorted({str(r.config.get("model", {}).get("name")) for r in runs})
@@ -244,6 +250,8 @@ def references_section(runs: Sequence[Run], names: Sequence[str], published: Seq
 
 
 def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
+    """The report's notes: how numbers are computed, each hardware's peak source, and what each run left out, paid
+    for checkpoints or did not finish."""
     out = [
         "Step time: median over the steady steps. Left out (each run below says which steps, docs/metrics.md "
         "why): " + "; ".join(summary.REASONS.values()) + ". TFLOP/s and tokens/s are "
@@ -276,6 +284,7 @@ def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
 
 
 def markdown(runs: Sequence[Run], published: Sequence[dict[str, Any]], plots: Sequence[str], generated: str) -> str:
+    """The whole report: runs, comparison (several runs), breakdown, references, plots and notes."""
     names = labels(runs)
     parts = [
         "# moekit report",

@@ -18,6 +18,8 @@ PLACEMENT = ("run.dir=", "run.base_dir=", "run.name=", "cluster.coordinator_port
 
 @dataclass(frozen=True, slots=True)
 class Run:
+    """One run directory's records, loaded for a report."""
+
     path: Path
     config: dict[str, Any]
     """The resolved moekit config the run used (config.yaml)."""
@@ -31,20 +33,24 @@ class Run:
 
     @property
     def overrides(self) -> list[str]:
+        """The run's overrides, less those that only place it (directory, name, port)."""
         return [o for o in self.manifest.overrides if not o.startswith(PLACEMENT)]
 
     @property
     def hardware(self) -> dict[str, Any]:
+        """The hardware section of the run's config (empty when absent)."""
         return self.config.get("hardware", {})
 
     @property
     def devices(self) -> int:
+        """Devices the run used, computed from its recorded cluster section."""
         c = self.config.get("cluster", {})
         per_process = max(1, c.get("gpus_per_node", 1) // max(1, c.get("processes_per_node", 1)))
         return c.get("nodes", 1) * c.get("processes_per_node", 1) * per_process
 
     @property
     def date(self) -> str:
+        """The day the run started (YYYY-MM-DD), or '?' when unrecorded."""
         return str(self.manifest.started or "")[:10] or "?"
 
 

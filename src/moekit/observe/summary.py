@@ -164,6 +164,8 @@ def _ranges(steps: list[int]) -> str:
 
 
 def format_summary(s: dict[str, Any], hardware: str, peak_source: str) -> str:
+    """A run's summary as aligned text: steps counted, step time, TFLOP/s, tokens/s, MFU, checkpoint cost and final
+    loss."""
     if not s.get("steady_steps"):
         return "no steps completed"
     st = s["step_time_s"]

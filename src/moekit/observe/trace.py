@@ -21,6 +21,8 @@ _DERIVED_LINES = ("XLA Ops", "XLA Modules", "Steps", "Framework", "Source", "Ten
 
 @dataclass(frozen=True, slots=True)
 class Event:
+    """One device operation of the trace: where it ran, when (ns), and what HLO instruction it executed."""
+
     device: str
     """gpu:<n> or cpu:<device_ordinal>."""
     line: str

@@ -45,6 +45,9 @@ def build(
     compute_tflops: float | None = None,
     scale: Sequence[int] = (),
 ) -> dict[str, Any]:
+    """The whole plan as plain data: mesh, model sizes, memory items and totals (GiB), training FLOPs, collectives
+    (GB) and, where the hardware's links and a compute rate are known, the step-time model and its weak scaling to
+    each GPU count in `scale`."""
     values = resolved_values(cfg, base, model_file)
     dims = Dims.from_values(values)
     mesh = Mesh.from_config(cfg)

@@ -57,6 +57,8 @@ Phase = Literal["step", "loss", "layers"]
 
 @dataclass(frozen=True, slots=True)
 class Tensor:
+    """One activation a decoder layer may keep for the backward pass, in elements per local token."""
+
     names: tuple[str, ...]
     """checkpoint_name tags on this value (routed-expert outputs carry two)."""
     per_token: float
@@ -66,6 +68,9 @@ class Tensor:
 
 @dataclass(frozen=True, slots=True)
 class Item:
+    """One line of the memory estimate: what it is, its bytes, where (device or pinned host) and when (phase) it is
+    live, and how it was computed."""
+
     name: str
     bytes: float
     place: Place
@@ -75,6 +80,8 @@ class Item:
 
 @dataclass(frozen=True, slots=True)
 class MemoryPlan:
+    """The memory estimate of one step: its items, the device and host limits, and the calibration."""
+
     items: list[Item]
     device_limit: float | None
     """Bytes XLA may allocate per device (HBM x memory fraction); None on CPU."""
@@ -87,6 +94,7 @@ class MemoryPlan:
     notes: list[str] = field(default_factory=list)
 
     def phase_total(self, phase: Phase) -> float:
+        """Device bytes of the items live in `phase`, before calibration."""
         return sum(i.bytes for i in self.items if i.place == "device" and i.phase == phase)
 
     def total(self, place: Place) -> float:
@@ -98,6 +106,8 @@ class MemoryPlan:
 
     @property
     def warnings(self) -> list[str]:
+        """Why the estimate does not fit: the device limit, the pinned-host pool or the host's memory exceeded, each
+        with what to change; empty when it fits."""
         out = []
         dev, host = self.total("device"), self.total("host")
         if self.device_limit is not None and dev > self.device_limit:

@@ -12,6 +12,8 @@ AXES = ("data", "fsdp", "tensor", "expert")  # MaxText's mesh order: the last (e
 
 @dataclass(frozen=True, slots=True)
 class Mesh:
+    """Axis sizes of the device mesh inside a slice (ICI) and across slices (DCN), and the NVLink domain size."""
+
     ici: dict[str, int] = field(default_factory=lambda: dict.fromkeys(AXES, 1))
     dcn: dict[str, int] = field(default_factory=lambda: dict.fromkeys(AXES, 1))
     domain: int | None = None
@@ -19,6 +21,7 @@ class Mesh:
 
     @classmethod
     def from_config(cls, cfg: Config) -> Mesh:
+        """The config's mesh: ICI axes with -1 filled, DCN axes, the hardware's NVLink domain."""
         return cls(dict(cfg.ici_filled), dict(cfg.parallelism.dcn.items()), cfg.hardware.nvlink_domain)
 
     def off_domain(self, axes: tuple[str, ...]) -> float:
@@ -47,20 +50,25 @@ class Mesh:
         return outside / (n * peers)
 
     def size(self, axis: str) -> int:
+        """Devices along `axis` over the whole job: its ICI size x its DCN size."""
         return self.ici[axis] * self.dcn[axis]
 
     @property
     def devices(self) -> int:
+        """Devices in the whole mesh."""
         return math.prod(self.ici.values()) * math.prod(self.dcn.values())
 
     @property
     def slice_devices(self) -> int:
+        """Devices in one slice: the product of the ICI axes."""
         return math.prod(self.ici.values())
 
     def with_dcn(self, axis: str, size: int) -> Mesh:
+        """This mesh with the DCN `axis` set to `size`."""
         return replace(self, dcn=self.dcn | {axis: size})
 
     def describe(self) -> str:
+        """One line such as '16 devices: ICI fsdp 8, DCN fsdp 2' (axes of size 1 left out)."""
         ici = " x ".join(f"{k} {v}" for k, v in self.ici.items() if v > 1) or "1"
         dcn = " x ".join(f"{k} {v}" for k, v in self.dcn.items() if v > 1)
         return f"{self.devices} devices: ICI {ici}" + (f", DCN {dcn}" if dcn else "")

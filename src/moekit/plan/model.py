@@ -20,6 +20,7 @@ def maxtext_values(base: Mapping[str, Any], model_file: Mapping[str, Any], args:
 
 
 def dtype_bytes(name: str) -> int:
+    """Bytes per element of a MaxText dtype name; ValueError names the known ones."""
     try:
         return DTYPE_BYTES[str(name)]
     except KeyError:
@@ -59,6 +60,7 @@ class Dims:
 
     @classmethod
     def from_values(cls, v: Mapping[str, Any]) -> Dims:
+        """The dimensions from MaxText's resolved keys, widths scaled by global_parameter_scale."""
         scale = float(v.get("global_parameter_scale", 1))
         experts = int(v.get("num_experts", 1))
         layers = int(v["base_num_decoder_layers"])
@@ -93,6 +95,7 @@ class Dims:
 
     @property
     def moe_layers(self) -> int:
+        """Decoder layers with routed experts."""
         return self.layers - self.dense_layers
 
     @property
@@ -102,6 +105,8 @@ class Dims:
 
     # ---- parameters ----
     def attention_params(self) -> int:
+        """Attention weights of one layer: query, key, value and output projections (MLA: its low-rank projections
+        and their norm scales)."""
         if self.mla:
             qk = self.qk_nope + self.qk_rope
             q = (
@@ -118,6 +123,7 @@ class Dims:
         return self.emb * self.head_dim * (self.heads + 2 * self.kv_heads) + self.heads * self.head_dim * self.emb
 
     def mlp_params(self, width: int) -> int:
+        """Weights of one MLP `width` wide: an input projection per activation plus the output projection."""
         return self.emb * width * (self.activations + 1)
 
     def expert_params(self) -> int:
@@ -137,6 +143,7 @@ class Dims:
         return embed + self.dense_layers * self.layer_params(False) + self.moe_layers * self.layer_params(True)
 
     def total_params(self) -> int:
+        """Parameters of the whole model: routed experts plus everything else."""
         return self.expert_params() + self.other_params()
 
     def active_params(self) -> int:

@@ -29,6 +29,8 @@ from moekit.plan.model import Dims, dtype_bytes
 
 @dataclass(frozen=True, slots=True)
 class Links:
+    """The hardware's link rates, bytes/s per GPU per direction, inside and across NVLink domains."""
+
     scale_up: float
     """Bytes/s per GPU per direction inside the NVLink domain (ICI traffic that stays in it)."""
     scale_out: float
@@ -36,6 +38,7 @@ class Links:
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], hardware: str) -> Links | None:
+        """The rates of `hardware` from the link table (data/links.yaml); None when it has no entry."""
         hw = table["hardware"].get(hardware)
         if hw is None:
             return None
@@ -44,6 +47,8 @@ class Links:
 
 @dataclass(frozen=True, slots=True)
 class Traffic:
+    """One collective's bytes per device per step, split by link, and whether compute can hide it."""
+
     name: str
     ici_bytes: float
     """Over NVLink, inside one NVLink domain."""
@@ -54,6 +59,7 @@ class Traffic:
     how: str
 
     def seconds(self, links: Links) -> float:
+        """Time to move the bytes at these link rates, s (NVLink and network in series)."""
         return self.ici_bytes / links.scale_up + self.dcn_bytes / links.scale_out
 
 
@@ -66,6 +72,8 @@ def _hierarchical(gathered: float, ici: int, dcn: int, off_domain: float = 0.0) 
 
 
 def traffic(dims: Dims, values: Mapping[str, Any], mesh: Mesh) -> list[Traffic]:
+    """The collectives of one step per device: EP dispatch and combine, FSDP gathers and reduce-scatter, DP gradient
+    all-reduce, each present only when its axes are larger than 1."""
     a = dtype_bytes(values.get("dtype", "bfloat16"))
     w = dtype_bytes(values.get("weight_dtype", "float32"))
     out: list[Traffic] = []
@@ -121,6 +129,8 @@ def traffic(dims: Dims, values: Mapping[str, Any], mesh: Mesh) -> list[Traffic]:
 
 @dataclass(frozen=True, slots=True)
 class StepModel:
+    """The step-time model of one device: FLOPs and the compute, exposed, hidden and edge times (s)."""
+
     mesh: Mesh
     flops: float
     compute_s: float
@@ -132,10 +142,13 @@ class StepModel:
 
     @property
     def step_s(self) -> float:
+        """Seconds per step: compute, exposed communication, the edges, and what overlappable communication outlasts
+        compute."""
         return self.compute_s + self.exposed_s + self.edge_s + max(0.0, self.hidden_s - self.edge_s - self.compute_s)
 
     @property
     def tflops_per_device(self) -> float:
+        """Achieved TFLOP/s per device at the modelled step time."""
         return self.flops / self.step_s / 1e12
 
 

@@ -26,6 +26,7 @@ def literal(text: str) -> str:
 
 
 def host(cfg: Config, node: int) -> str:
+    """The host name of node `node`'s service: what the JobSet's pod of that index is called."""
     return f"{jobset.job_name(cfg)}-{jobset.WORKERS}-0-{node}"
 
 
@@ -47,6 +48,8 @@ def volumes(cfg: Config, node: int) -> list[Any]:
 
 
 def service(cfg: Config, overrides: Sequence[str], node: int) -> dict[str, Any]:
+    """The Compose service of node `node`: the JobSet pod's image, command and rendezvous environment, its host name
+    and network alias, volumes, and on GPU hardware its own GPUs of the host."""
     c, name = cfg.cluster, jobset.job_name(cfg)
     env: dict[str, str | None] = {
         rz.JOBSET_COORDINATOR_HOST: f"{host(cfg, 0)}.{name}",

@@ -23,5 +23,6 @@ def header(cfg: Config, what: str, command: str, version: str) -> list[str]:
 
 
 def yaml_text(data: dict[str, Any], head: list[str]) -> str:
+    """The header lines, then `data` as block-style YAML in its own key order."""
     body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120)
     return "\n".join(head) + "\n" + body

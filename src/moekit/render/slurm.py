@@ -94,6 +94,8 @@ def run_dir_word(cfg: Config, overrides: Sequence[str]) -> str | None:
 
 
 def script(cfg: Config, overrides: Sequence[str], head: Sequence[str]) -> str:
+    """The sbatch script: #SBATCH options, the network's exports, a check that the volumes' paths exist, then srun in
+    the background under a trap that passes the time-limit SIGTERM on to every task."""
     q = shlex.quote
     command = " ".join(q(w) for w in train_command(cfg, overrides))
     run_dir = run_dir_word(cfg, overrides)

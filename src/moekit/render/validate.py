@@ -119,6 +119,7 @@ def _where(error: jsonschema.ValidationError) -> str:
 
 
 def crd_problems(manifest: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """Where the manifest breaks the CRD's openAPIV3Schema, one line per error ('CRD: <where>: ...')."""
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(schema)
@@ -185,6 +186,9 @@ def references(text: str) -> list[str]:
 
 
 def webhook_problems(manifest: dict[str, Any]) -> list[str]:
+    """What the JobSet webhook and the kubelet would refuse: names that break DNS-1035 or 63 characters once the
+    controller derives job, pod and coordinator names, $(VAR) references they cannot expand, invalid failure-policy
+    rules; plus moekit's: no privileged container."""
     out: list[str] = []
     name = manifest.get("metadata", {}).get("name", "")
     spec = manifest.get("spec", {})

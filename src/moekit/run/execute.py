@@ -59,7 +59,7 @@ def dry_run(cfg: Config, environ: dict[str, str] | None = None, fmt: str = "text
     configured = rundir.configured_dir(cfg)
     placeholder = str(rundir.absolute(configured, Path.cwd())) if configured else "<run.dir>"
     job = view.redacted_job(jobmod.build(cfg, placeholder, f"{placeholder}/{rundir.METRICS}"), names)
-    shown = view.describe(cfg, job, jobmod.dry_run_processes(cfg, environ)) | {"config": config_view}
+    shown = view.describe(cfg, job, rz.dry_run_processes(cfg, environ)) | {"config": config_view}
     shown["preflight"] = checked.to_dict()
     return scrub(json.dumps(shown, indent=2) if fmt == "json" else view.format_text(shown, job, checked))
 
@@ -85,7 +85,7 @@ def train(
     for note in preflight.ensure(cfg, preflight.Host(environ, config_view)).notes:
         print(f"moekit: {note}", flush=True)
 
-    procs = jobmod.processes(cfg, environ)
+    procs = rz.processes(cfg, environ)
     first_process = int(procs[0].get(rz.PROCESS_ID, 0))
     with rundir.records_before_launch(Path(rundir.configured_dir(cfg) or cfg.run.base_dir)):
         root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), first_process)

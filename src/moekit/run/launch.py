@@ -23,11 +23,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moekit.config.schema import Cluster
 from moekit.run import preemption, watchdog
 
 
 @dataclass(frozen=True, slots=True)
 class ProcessSpec:
+    """One process to start: its argv, its whole environment and the file its output goes to."""
+
     argv: Sequence[str]
     env: Mapping[str, str]
     log: Path
@@ -35,6 +38,9 @@ class ProcessSpec:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """How the group ended: each process's exit status, the first to fail, wall time (s), what could not be logged,
+    and whether the watchdog stopped it."""
+
     returncodes: list[int]
     failed_rank: int | None
     """The first process that exited non-zero (None when all succeeded)."""
@@ -111,7 +117,7 @@ def run(
     scrub: Callable[[str], str] | None = None,
     full_disk_grace_s: float = 30.0,
     notice: preemption.Notice | None = None,
-    stop_grace_s: float = 300.0,
+    stop_grace_s: float = Cluster.model_fields["signal_grace_s"].default,
     watch: watchdog.Watchdog | None = None,
     stack_files: Sequence[Path] = (),
 ) -> Outcome:

@@ -88,6 +88,8 @@ class Stop:
         return self.last_step - (self.checkpoint_step if self.checkpoint_step is not None else -1)
 
     def failure(self, returncode: int) -> failures.Failure:
+        """The attempt as a `preempted` failure with exit status `returncode`; its evidence names the signal, the
+        checkpoint a relaunch resumes from and the steps lost."""
         where = (
             f"checkpoint of step {self.checkpoint_step} saved after the signal"
             if self.saved
@@ -104,6 +106,7 @@ class Stop:
         return failures.Failure(failures.PREEMPTED.name, failures.PREEMPTED.title, returncode, evidence)
 
     def to_dict(self) -> dict[str, object]:
+        """The stop as the manifest records it (`preemption`)."""
         return {
             "signal": self.signal,
             "signal_to_exit_s": None if self.signal_to_exit_s is None else round(self.signal_to_exit_s, 2),

@@ -40,6 +40,8 @@ class PreflightError(MoekitError):
 
 @dataclass(frozen=True, slots=True)
 class Host:
+    """What the probes may look at: the environment, the resolved config view and /dev (a folder in tests)."""
+
     environ: Mapping[str, str]
     config_view: Mapping[str, Any] = field(default_factory=dict)
     """The resolved config as config.yaml records it (to compare with a run directory being resumed)."""
@@ -48,6 +50,8 @@ class Host:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
+    """One host probe: its name, what it checks, and whether it is costly."""
+
     name: str
     check: Callable[[Config, Host], Iterator[Problem | str]]
     """Yields the problems it finds, and notes (str) of what it saw when all is well."""
@@ -94,7 +98,7 @@ def run_dir_usable(cfg: Config, host: Host) -> Iterator[Problem]:
         return
     if configured:
         try:  # the launchers of one job share run.dir; each owns its records (launchers/<first process>/)
-            first = int(jobmod.processes(cfg, dict(host.environ))[0].get(rz.PROCESS_ID, 0))
+            first = int(rz.processes(cfg, dict(host.environ))[0].get(rz.PROCESS_ID, 0))
         except rz.RendezvousError:
             first = 0  # rendezvous_env reports it
         records = rundir.for_launcher(path, first)
@@ -121,7 +125,7 @@ def run_dir_usable(cfg: Config, host: Host) -> Iterator[Problem]:
 def rendezvous_env(cfg: Config, host: Host) -> Iterator[Problem]:
     """The environment describes this host's part of the job (JobSet pod, Slurm task)."""
     try:
-        jobmod.processes(cfg, dict(host.environ))
+        rz.processes(cfg, dict(host.environ))
     except rz.RendezvousError as exc:
         yield Problem(f"cluster={cfg.cluster.kind}", str(exc), "")
 
@@ -311,6 +315,8 @@ def is_target(cfg: Config, host: Host) -> tuple[bool, str]:
 
 @dataclass
 class Report:
+    """What the probes found on this host, and whether this host is the job's target (and why)."""
+
     target: bool
     why: str
     found: list[tuple[str, Problem]] = field(default_factory=list)
@@ -321,6 +327,7 @@ class Report:
     """What probes found worth saying when all is well (e.g. the data files and tokenizer seen)."""
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as `train --dry-run --format json` shows it."""
         return {
             "target": self.target,
             "why": self.why,
@@ -330,6 +337,7 @@ class Report:
         }
 
     def text(self) -> str:
+        """One line per problem, prefixed by its probe, plus the costly probes not run; empty when none."""
         body = "\n".join(f"  - [{n}] {p}" for n, p in self.found)
         if self.skipped:
             body += f"\n  (not run until these are fixed: {', '.join(self.skipped)})"

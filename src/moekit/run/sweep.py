@@ -1,24 +1,25 @@
 """`moekit train -m ...`: a Hydra sweep, one run directory per run, then one combined report.
 
-The sweep's runs come from moekit.config.sweeps (Hydra's grammar). Every run is composed and checked once,
-before the first one starts; each is then trained through run.execute.train in <folder>/<index>.
+The sweep's runs come from moekit.config.sweeps (Hydra's grammar). Every run is composed and checked before the
+first one starts; each then trains in <folder>/<index> through run/trial.py, the runner tune and the benchmark
+runners use: a `moekit train` of its own, so one run's crash ends that run only, and sweep.json records each run's
+status and failure class as tune.json does.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from moekit import redact, rundir
-from moekit.config.checks import ensure_valid, format_warnings, warnings
+from moekit.config.checks import ensure_valid
 from moekit.config.compose import compose
 from moekit.config.sweeps import expand
 from moekit.errors import ConfigError
 from moekit.observe import report_file
-from moekit.run import execute, preflight, view
+from moekit.run import preflight, trial, view
 
 SWEEP = "sweep.json"  # the sweep's runs: overrides, run directory, exit status
 
@@ -59,10 +60,12 @@ def run_sweep(overrides: Sequence[str], dry_run: bool = False) -> int:
         where = folder / str(i)
         shown = redact.redact_assignments(r, cfg.run.secrets)  # never print or record a secret
         print(f"moekit: [{i}/{len(runs)}] {' '.join(shown)}", flush=True)
-        if found := warnings(cfg):
-            print(format_warnings(found), file=sys.stderr)
-        rc = execute.train(execute.placed(cfg, where), [*r, f"run.dir={where}"]).returncode
-        record.append({"index": i, "overrides": shown, "run_dir": str(where), "returncode": rc})
+        result = trial.run(r, where, timeout_s=None, echo=True)
+        entry = {"index": i, "overrides": shown, "run_dir": str(where), "returncode": result["returncode"]}
+        entry["status"] = result["status"]
+        if "failure" in result:
+            entry["failure"] = result["failure"]
+        record.append(entry)
         rundir.write_json(folder / SWEEP, record)
     done = [Path(e["run_dir"]) for e in record if (Path(e["run_dir"]) / rundir.METRICS).is_file()]
     if done:

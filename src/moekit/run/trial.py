@@ -1,7 +1,9 @@
-"""Run one `moekit train` as a child process with a time limit and read back what it measured (effects).
+"""Run one `moekit train` as a child process and read back what it measured (effects): the one runner of a series.
 
-Used by `moekit tune` and the benchmark runner: each trial is a real `moekit train` in its own run
-directory, so every number stays traceable to a run directory with its config, command and versions.
+`moekit train -m` (run/sweep.py), `moekit tune` and the benchmark runners run each configuration through `run`:
+a real `moekit train` in its own run directory, so every number stays traceable to a run directory with its
+config, command and versions, a run that crashes or hangs cannot take the series down with it, and every run of
+every series gets the same record (status, failure class, summary numbers).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,8 +26,18 @@ from moekit.run import records
 _ESTIMATE = re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB")
 
 
-def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """Train once; returns status (ok|oom|timeout|failed), the summary numbers, peak memory and losses."""
+def run(
+    overrides: list[str],
+    run_dir: Path,
+    timeout_s: float | None,
+    env: dict[str, str] | None = None,
+    echo: bool = False,
+) -> dict[str, Any]:
+    """Train once; returns status (ok|oom|timeout|failed), the summary numbers, peak memory and losses.
+
+    The child's output goes to `<run_dir>.out`, and with `echo` also to this process's standard output as it comes.
+    `timeout_s` None waits as long as the run takes.
+    """
     run_dir = rundir.absolute(run_dir, Path.cwd())  # as `moekit train` passes it to MaxText (see _reap)
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     console = run_dir.parent / f"{run_dir.name}.out"  # beside it: moekit train wants run.dir new or its own
@@ -33,8 +46,15 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
     timed_out = False
     with open(console, "w") as out:
         proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env=os.environ | (env or {}), start_new_session=True
+            argv,
+            stdout=subprocess.PIPE if echo else out,
+            stderr=subprocess.STDOUT,
+            env=os.environ | (env or {}),
+            start_new_session=True,
         )
+        pump = threading.Thread(target=_tee, args=(proc.stdout, out), daemon=True) if echo else None
+        if pump:
+            pump.start()
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -48,6 +68,8 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
                     proc.kill()
                     proc.wait()
             _reap(run_dir)
+            if pump:
+                pump.join(timeout=10)
     wall = time.monotonic() - start
     log = _tail(run_dir / rundir.LOG) + _tail(console)
     result: dict[str, Any] = {
@@ -71,6 +93,7 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
             "losses": stats.get("losses", []),
             "versions": provenance.get("versions"),
             "date": provenance.get("date"),
+            "devices": recorded.devices,
         }
     peak = _json(run_dir / rundir.PEAK_MEMORY)
     if peak.get("peak_bytes_in_use"):
@@ -86,11 +109,11 @@ def run(overrides: list[str], run_dir: Path, timeout_s: float, env: dict[str, st
     return result
 
 
-def failure(run_dir: Path, console: str, status: str, timeout_s: float) -> dict[str, str]:
+def failure(run_dir: Path, console: str, status: str, timeout_s: float | None) -> dict[str, str]:
     """Why a trial did not finish: the class and evidence moekit train recorded in the run's manifest, or, when it
     stopped before launching anything, the error it printed (a config the host cannot run, a busy run.dir)."""
     if status == "timeout":
-        return {"class": "timeout", "title": "timed out", "evidence": f"still running after {timeout_s:g} s"}
+        return {"class": "timeout", "title": "timed out", "evidence": f"still running after {timeout_s or 0:g} s"}
     manifest = records.try_manifest(run_dir)
     recorded = manifest.failure if manifest else None
     if recorded:
@@ -114,6 +137,16 @@ def _summarize_partial(run_dir: Path) -> dict[str, Any]:
         return rundata.summarize(metrics.read(run_dir / rundir.METRICS), cfg, records.try_manifest(run_dir))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, metrics.MetricsError, records.Unreadable):
         return {}
+
+
+def _tee(stream, out) -> None:
+    """Copy the child's output to its console file and to standard output, line by line."""
+    for line in iter(stream.readline, b""):
+        text = line.decode("utf8", errors="replace")
+        out.write(text)
+        out.flush()
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
 
 def _reap(run_dir: Path) -> None:

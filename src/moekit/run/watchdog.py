@@ -50,6 +50,7 @@ class Watchdog:
         self.gaps: list[float] = []
 
     def step_done(self, now: float | None = None) -> None:
+        """Note a finished step at `now` (monotonic seconds): the first sets the start-up time, later ones add a gap."""
         now = time.monotonic() if now is None else now
         if self.last is None:
             self.first_step_s = now - self.started
@@ -58,6 +59,7 @@ class Watchdog:
         self.last = now
 
     def bound(self) -> float | None:
+        """The stall bound from what has been seen so far, s (None: off, or no step finished yet)."""
         return bound(self.configured, self.first_step_s, self.gaps)
 
     def stalled(self, now: float | None = None) -> str | None:

@@ -31,6 +31,7 @@ class Unanswered(Exception):
 
 
 def jaxlib_version() -> str | None:
+    """The installed jaxlib's version (the key of the cached verdicts), or None without jaxlib."""
     try:
         return metadata.version("jaxlib")
     except metadata.PackageNotFoundError:

@@ -33,6 +33,7 @@ def moe_source() -> Path | None:
 
 
 def installed_version() -> str | None:
+    """The installed MaxText's version, or None when MaxText is not installed."""
     try:
         return metadata.version("maxtext")
     except metadata.PackageNotFoundError:
@@ -40,6 +41,7 @@ def installed_version() -> str | None:
 
 
 def sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes: what pins a known moe.py."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 

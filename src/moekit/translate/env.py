@@ -11,6 +11,7 @@ from typing import NamedTuple
 from moekit.config.checks import expert_parallel_size
 from moekit.config.schema import Config, Scalar
 from moekit.te_gmm import BUCKETS_ENV, MODE_ENV
+from moekit.translate import values
 from moekit.translate.xla_flags import xla_flags
 
 # model.attention -> env: TE's cuDNN fused attention is off unless NVTE_FUSED_ATTN=1 (the blog sets it).
@@ -32,23 +33,19 @@ def te_gmm_row_buckets(expert_parallelism: int) -> int:
 
 
 class EnvVar(NamedTuple):
+    """One environment variable and the config choice it comes from."""
+
     name: str
     value: str
     origin: str
-
-
-def _str(value: Scalar) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "" if value is None else str(value)
 
 
 def env_vars(cfg: Config) -> list[EnvVar]:
     """Environment shared by every process of the job (rendezvous env is added per process)."""
     out: list[EnvVar] = []
 
-    def put(origin: str, values: dict[str, Scalar]) -> None:
-        out.extend(EnvVar(k, _str(v), origin) for k, v in values.items())
+    def put(origin: str, entries: dict[str, Scalar]) -> None:
+        out.extend(EnvVar(k, values.env(v), origin) for k, v in entries.items())
 
     if cfg.hardware.platform == "cpu":
         put("hardware=cpu", {"JAX_PLATFORMS": "cpu"})
@@ -77,4 +74,5 @@ def env_vars(cfg: Config) -> list[EnvVar]:
 
 
 def env(cfg: Config) -> dict[str, str]:
+    """The process environment as a mapping, name -> value (later entries already won in `env_vars`)."""
     return {v.name: v.value for v in env_vars(cfg)}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from moekit import rendezvous as rz
 from moekit import rundir
 from moekit.config.schema import Config
 from moekit.translate import profile
@@ -18,16 +17,20 @@ WORKER_MODULE = "moekit.worker"
 
 @dataclass(frozen=True, slots=True)
 class Job:
+    """One training job translated: MaxText's arguments, XLA's flags and the environment, each with its origin."""
+
     args: list[Arg]
     xla_flags: list[str]
     env: list[EnvVar]
 
     @property
     def maxtext_args(self) -> list[str]:
+        """The `key=value` arguments MaxText's trainer gets, in order."""
         return [a.render() for a in self.args]
 
     @property
     def env_dict(self) -> dict[str, str]:
+        """The shared environment of every process as a mapping (rendezvous variables are per process)."""
         return {v.name: v.value for v in self.env}
 
     def argv(self, process_id: int = 0, python: str = sys.executable) -> list[str]:
@@ -57,42 +60,6 @@ def per_process(path: str, process_id: int) -> str:
 
 
 def build(cfg: Config, run_dir: str, metrics_file: str) -> Job:
+    """The job of `cfg` writing into `run_dir` (MaxText's base_output_directory) and `metrics_file`."""
     env = env_vars(cfg) + profile.env_vars(cfg, f"{run_dir}/{rundir.PROFILE_DIR}")
     return Job(maxtext_args(cfg, run_dir, metrics_file), xla_flags(cfg), env)
-
-
-def processes(cfg: Config, environ: dict[str, str], rendezvous_timeout_s: int | None = None) -> list[dict[str, str]]:
-    """Per-process rendezvous env for the processes this host starts, read from the launcher's environment.
-
-    rendezvous_timeout_s defaults to cluster.rendezvous_timeout_s: how long a process waits for the others.
-    """
-    timeout = rendezvous_timeout_s or cfg.cluster.rendezvous_timeout_s
-    c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
-    found = rz.for_cluster(c, environ, gpu)
-    if c.kind == "slurm" and len(found) < cfg.num_processes and not cfg.run.dir:
-        raise rz.RendezvousError(
-            "this Slurm task starts only some of the job's processes, and without run.dir each task would "
-            "make a run directory of its own; give them one: run.dir=PATH (the rendered script sets "
-            "run.dir=<run.base_dir>/<experiment>/slurm-$SLURM_JOB_ID)."
-        )
-    if found[0].num_processes != cfg.num_processes:
-        raise rz.RendezvousError(
-            f"the environment describes {found[0].num_processes} processes but the config {cfg.num_processes} "
-            f"(cluster.nodes={c.nodes} x cluster.processes_per_node={c.processes_per_node}); make them agree."
-        )
-    return [rz.process_env(r, timeout) for r in found]
-
-
-def dry_run_processes(cfg: Config, environ: dict[str, str]) -> list[dict[str, str]]:
-    """What --dry-run shows: this host's processes; for a multi-node job outside its cluster, node 0's.
-
-    Node ranks and the coordinator's host name exist only where the job runs, so they are shown as placeholders.
-    """
-    try:
-        return processes(cfg, environ)
-    except rz.RendezvousError:
-        if cfg.cluster.nodes == 1:
-            raise
-    c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
-    node0 = rz.node0_placeholders(c, cfg.num_processes, gpu)
-    return [rz.process_env(r, c.rendezvous_timeout_s) for r in node0]

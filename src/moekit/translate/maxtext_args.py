@@ -6,17 +6,11 @@ optimization set what. Later entries win; output order is deterministic.
 
 from __future__ import annotations
 
-import re
 from typing import NamedTuple
 
-import yaml
-
 from moekit.config.schema import Config, Scalar
-from moekit.translate import profile
+from moekit.translate import profile, values
 from moekit.translate.data_keys import data_keys
-
-# Strings that every YAML reader keeps as strings when unquoted (no number, bool or null look-alikes).
-_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./:@+-]*")
 
 TRAIN_MODULE = "maxtext.trainers.pre_train.train"
 
@@ -59,29 +53,15 @@ EXPERT_GEMM_KEYS: dict[str, dict[str, Scalar]] = {
 
 
 class Arg(NamedTuple):
+    """One MaxText argument and the config choice it comes from."""
+
     key: str
     value: Scalar | list[str]
     origin: str
 
     def render(self) -> str:
-        return f"{self.key}={format_value(self.value)}"
-
-
-def format_value(value: Scalar | list[str]) -> str:
-    """MaxText reads each value as YAML: keep strings strings (`off` would become False); a list is a flow sequence
-    of such scalars, so no element can add structure."""
-    if isinstance(value, list):
-        return "[" + ", ".join(format_value(v) for v in value) + "]"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    text = str(value)
-    if _PLAIN.fullmatch(text) and yaml.safe_load(text) == text:
-        return text
-    return "'" + text.replace("'", "''") + "'"
+        """The argument as MaxText reads it: `key=value`, the value as YAML that reads back unchanged."""
+        return f"{self.key}={values.maxtext(self.value)}"
 
 
 def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:

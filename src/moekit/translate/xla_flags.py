@@ -5,21 +5,19 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from moekit.config.schema import Config, Scalar
+from moekit.translate import values
 
 
 class Flag(NamedTuple):
+    """One XLA flag and the config choice it comes from."""
+
     name: str
     value: Scalar
     origin: str
 
     def render(self) -> str:
-        return format_flag(self.name, self.value)
-
-
-def format_flag(name: str, value: Scalar) -> str:
-    if isinstance(value, bool):
-        value = "true" if value else "false"
-    return f"--{name}={value}"
+        """The flag as one XLA_FLAGS word, `--name=value`."""
+        return values.xla_flag(self.name, self.value)
 
 
 def flag_entries(cfg: Config) -> list[Flag]:
@@ -37,4 +35,5 @@ def xla_flags(cfg: Config) -> list[str]:
 
 
 def flag_origins(cfg: Config) -> dict[str, str]:
+    """Each rendered flag -> the config choice that set it (what --dry-run shows beside it)."""
     return {f.render(): f.origin for f in flag_entries(cfg)}
