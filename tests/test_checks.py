@@ -144,3 +144,10 @@ def test_render_and_train_print_the_warning_before_anything_runs(tmp_path):
     assert proc.returncode == 0 and "moekit: warning: parallelism.ici" in proc.stderr
     dry = moekit("train", "experiment=dsv3_blog", *ON_H100, "--dry-run", "--format", "json")
     assert dry.returncode == 0 and "fix: parallelism.ici.fsdp=1 parallelism.dcn.fsdp=16" in dry.stderr
+
+
+def test_a_custom_policy_that_names_one_tag_of_two_is_warned_about():
+    partial = ["memory.remat_policy=custom", "memory.tensors.moe_mlpwi_0=device", "memory.tensors.moe_mlpwi_1=device"]
+    (w,) = [p for p in warnings(compose("smoke", partial)) if p.key == "memory.tensors"]
+    assert "mlpwi_0, mlpwi_1" in w.what and "memory.tensors.mlpwi_0=device" in w.fix
+    assert [p for p in warnings(compose("smoke", ["memory=offload_blog"])) if p.key == "memory.tensors"] == []

@@ -356,6 +356,30 @@ def memory_policy_consistent(cfg: Config) -> Iterator[Problem]:
         )
 
 
+# MaxText tags a routed expert's up-projection output twice (`mlpwi_0` inside `moe_mlpwi_0`). A custom policy that
+# names the outer tags without the inner ones changed the bf16 loss from step 2 on, with nothing offloaded (one H200,
+# 2026-12-04, docs/metrics.md); memory=offload_blog, which names both, agrees with the reference.
+_TAGGED_TWICE = {"moe_mlpwi_0": "mlpwi_0", "moe_mlpwi_1": "mlpwi_1"}
+
+
+@warning
+def custom_policy_names_both_tags(cfg: Config) -> Iterator[Problem]:
+    """A custom remat policy that names a routed tensor's outer tag should name its inner one too."""
+    tensors = cfg.memory.tensors
+    if cfg.memory.remat_policy != "custom":
+        return
+    missing = [inner for outer, inner in _TAGGED_TWICE.items() if outer in tensors and inner not in tensors]
+    if missing:
+        fix = " ".join(f"memory.tensors.{m}=device" for m in missing)
+        yield Problem(
+            "memory.tensors",
+            f"remat_policy=custom names {', '.join(o for o in _TAGGED_TWICE if o in tensors)} but not "
+            f"{', '.join(missing)} (the same activation's inner tag): measured to change the loss from step 2 on "
+            "(docs/metrics.md)",
+            f"{fix}, or start from memory=offload_blog, which names every tensor",
+        )
+
+
 @check
 def attention_supported(cfg: Config) -> Iterator[Problem]:
     """cudnn_flash_te attention runs on NVIDIA GPUs only."""
