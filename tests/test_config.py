@@ -117,20 +117,10 @@ def test_config_show_names_the_file_or_override_behind_every_value():
 # ---- defaults in one place: the schema ----
 
 
-def _leaves(node, prefix=""):
-    """Dotted key -> value of every leaf (an empty mapping is a leaf)."""
-    if not (isinstance(node, dict) and node):
-        return {prefix: node}
-    out = {}
-    for key, sub in node.items():
-        out |= _leaves(sub, f"{prefix}.{key}" if prefix else key)
-    return out
-
-
 def test_no_option_file_restates_a_schema_default():
     """An option writes only what it chooses: a key it leaves alone gets the schema's default, so a default is
     written once. Experiments and ladder rungs are deltas that pin their own setup, and may name any value."""
-    schema_defaults = _leaves(defaults())
+    schema_defaults = sources.flatten(defaults())
     restated = []
     for group in GROUPS:
         if group in ("experiment", "ladder"):
@@ -139,7 +129,7 @@ def test_no_option_file_restates_a_schema_default():
             body = yaml.safe_load(path.read_text()) or {}
             restated += [
                 f"conf/{group}/{path.name}: {key}: {value!r}"
-                for key, value in _leaves(body, group).items()
+                for key, value in sources.flatten(body, group).items()
                 if key in schema_defaults and schema_defaults[key] == value
             ]
     assert restated == [], "these values are the schema's defaults already; delete them from the files"

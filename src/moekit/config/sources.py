@@ -59,11 +59,12 @@ class Composition:
     """Dotted key -> the file or override that set it last."""
 
 
-def _flat(node: Any, prefix: str) -> dict[str, Any]:
+def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> value of every leaf of a nested mapping (an empty mapping is a leaf)."""
     if isinstance(node, Mapping) and node:
         out: dict[str, Any] = {}
         for k, v in node.items():
-            out |= _flat(v, f"{prefix}.{k}" if prefix else str(k))
+            out |= flatten(v, f"{prefix}.{k}" if prefix else str(k))
         return out
     return {prefix: node}
 
@@ -83,13 +84,13 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
         if d.config_path is None or d.config_path.startswith("hydra/") or d.package is None:
             continue
         path = f"{d.config_path}.yaml"
-        if not (conf / path).is_file():  # the schema's defaults (register_defaults): SCHEMA_DEFAULT names them
+        if not (conf / path).is_file():  # the schema's defaults (compose.hydra_at): SCHEMA_DEFAULT names them
             continue
         files.append(path)
         packages[path] = d.package
         body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}
         body.pop("defaults", None)
-        for key in _flat(body, d.package):
+        for key in flatten(body, d.package):
             parts = key.split(".")
             for n in range(1, len(parts)):  # a value set whole before (expect: null) is now a mapping
                 sources.pop(".".join(parts[:n]), None)
@@ -125,4 +126,4 @@ def source_of(key: str, sources: Mapping[str, str]) -> str:
 
 def annotated(config: Mapping[str, Any], comp: Composition) -> list[tuple[str, Any, str]]:
     """(dotted key, value, where it was set) for every leaf of the typed config, in its own order."""
-    return [(k, v, source_of(k, comp.sources)) for k, v in _flat(config, "").items()]
+    return [(k, v, source_of(k, comp.sources)) for k, v in flatten(config, "").items()]

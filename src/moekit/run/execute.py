@@ -1,6 +1,7 @@
 """One run from a composed, checked config to its finished run directory: probes, records, processes, attempts.
 
-`train(cfg)` is the seam every command uses (train, multirun, verify): it runs the host probes, takes the run
+`train(cfg)` is the seam every run goes through (`moekit train` and verify call it; sweeps and tune through a
+`moekit train` child, run/trial.py): it runs the host probes, takes the run
 directory (new, or an unfinished one of the same config to resume), launches one process per device group
 through moekit.launch, follows their output, and records each attempt's outcome. When an attempt failed
 restoring a damaged checkpoint it is set aside and the run relaunched from the one before (run.checkpoints).
@@ -105,7 +106,7 @@ def train(
 
 def placed(cfg: Config, where: Path) -> Config:
     """`cfg` with run.dir=`where`: what composing with that override gives (no check depends on run.dir), without
-    composing again. Commands that choose the run directory themselves (multirun, verify) use it."""
+    composing again. Commands that choose the run directory themselves (verify) use it."""
     return cfg.model_copy(update={"run": cfg.run.model_copy(update={"dir": str(where)})})
 
 
