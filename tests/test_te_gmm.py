@@ -22,7 +22,7 @@ from moekit.errors import MoekitError
 from moekit.maxtext_validate import validate
 from moekit.observe import compare
 from moekit.run import preflight as run_preflight
-from moekit.te_gmm import BUCKETS_ENV, MODE_ENV, call_site, grouped, hook, preflight
+from moekit.te_gmm import BUCKETS_ENV, MODE_ENV, bias, call_site, grouped, hook, preflight
 from moekit.translate.job import build
 from moekit.translate.maxtext_args import maxtext_args
 
@@ -169,10 +169,11 @@ def test_hook_changes_what_maxtext_moe_sees_as_ragged_dot_and_nothing_else(capsy
     import maxtext.layers.moe as moe
     from maxtext.layers import linears
 
-    original, ragged = moe.jax, jax.lax.ragged_dot
+    original, ragged, transform_bias = moe.jax, jax.lax.ragged_dot, moe.RoutedMoE.transform_bias
     try:
         hook.install("reference")
         assert hook.MARKER in capsys.readouterr().out
+        assert moe.RoutedMoE.transform_bias is bias.transform_bias
         assert moe.jax.lax.ragged_dot is not ragged and moe.jax.lax.ragged_dot.func is hook._ragged_dot
         assert jax.lax.ragged_dot is ragged and linears.jax is jax  # the module itself and other modules: as is
         assert moe.jax.numpy is jax.numpy and moe.jax.lax.psum is jax.lax.psum and moe.jax.Array is jax.Array
@@ -186,6 +187,29 @@ def test_hook_changes_what_maxtext_moe_sees_as_ragged_dot_and_nothing_else(capsy
             moe.jax.lax.ragged_dot(x.astype(jnp.int8), w.astype(jnp.int8), gs)
     finally:
         moe.jax = original
+        moe.RoutedMoE.transform_bias = transform_bias
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_expert_bias_rows_are_the_gather_and_their_gradient_its_transpose(dtype):
+    """The forward is MaxText's gather; the gradient (a one-hot matmul) equals the gather's scatter-add."""
+    rng = np.random.default_rng(0)
+    table = jnp.asarray(rng.normal(size=(5, 3, 4)), dtype)
+    index = jnp.asarray(np.sort(rng.integers(0, 5, size=37)), jnp.int32)  # sorted by expert, as MaxText's rows
+    index = index.at[4].set(0)  # and one repeated expert out of order: the sum does not rely on sorting
+    upstream = jnp.asarray(rng.normal(size=(37, 3, 4)), dtype)
+
+    def loss(fn, t):
+        return jnp.sum(fn(t, index).astype(jnp.float32) * upstream.astype(jnp.float32))
+
+    assert jnp.array_equal(bias.expert_rows(table, index), table[index])
+    mine = jax.grad(lambda t: loss(bias.expert_rows, t))(table)
+    gather = jax.grad(lambda t: loss(lambda b, i: b[i], t))(table)
+    assert mine.dtype == table.dtype
+    tol = 1e-6 if dtype == jnp.float32 else 2e-2  # bf16: the scatter rounds after every add, the matmul once
+    np.testing.assert_allclose(np.asarray(mine, np.float32), np.asarray(gather, np.float32), rtol=tol, atol=tol)
+    b0, b1 = bias.transform_bias(None, index, table, 2 * table)
+    assert jnp.array_equal(b0, table[index]) and jnp.array_equal(b1, (2 * table)[index])
 
 
 # ---- the row layout TE's grouped GEMM is given (checked against jax.lax.ragged_dot) ----
@@ -279,3 +303,22 @@ def test_te_gmm_wiring_cpu_routes_maxtexts_ragged_dot_and_keeps_the_losses(wirin
     assert hooked == pytest.approx(plain, rel=compare.RTOL, abs=compare.ATOL)
     manifest = json.loads((wiring_runs[mode] / "manifest.json").read_text())
     assert manifest["status"] == "ok"
+
+
+# gpt-oss has expert biases (mlp_bias): the hook also gives the sparse path's bias rows their matmul gradient.
+BIASED = ["experiment=smoke", "model=gpt_oss_tiny", "train.steps=2", "precision=fp32"]
+
+
+@pytest.mark.integration
+def test_te_gmm_wiring_cpu_with_expert_biases_keeps_the_losses(tmp_path):
+    runs = {}
+    for name, env in [("plain", {}), ("reference", {MODE_ENV: "reference"})]:
+        runs[name] = tmp_path / name
+        proc = moekit("train", *BIASED, f"run.dir={runs[name]}", env=env, timeout=900)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    log = (runs["reference"] / "maxtext.log").read_text()
+    assert any(line.startswith(bias.CALL) for line in log.splitlines())  # the biased path really ran
+    assert bias.CALL not in (runs["plain"] / "maxtext.log").read_text()
+    hooked, plain = losses(runs["reference"]), losses(runs["plain"])
+    assert len(hooked) == len(plain) == 2
+    assert hooked == pytest.approx(plain, rel=compare.RTOL, abs=compare.ATOL)

@@ -1,8 +1,10 @@
 """Put a grouped GEMM behind the one `jax.lax.ragged_dot` call of MaxText's sparse MoE path (in each process).
 
 Only `maxtext.layers.moe` sees the change: its module-level name `jax` becomes a view of jax whose
-`lax.ragged_dot` is moekit's; every other attribute is jax's own, and no other module is touched. The worker
-installs it before the trainer starts, when the launcher's environment asks for it (translate/env.py).
+`lax.ragged_dot` is moekit's; every other attribute is jax's own, and no other module is touched. The sparse
+path's per-row expert biases (`RoutedMoE.transform_bias`, families with `mlp_bias`) get a gradient computed as
+a matmul instead of a scatter (`bias`). The worker installs both before the trainer starts, when the
+launcher's environment asks for it (translate/env.py).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import sys
 import types
 from typing import Any
 
-from moekit.te_gmm import BUCKETS_ENV, MODE_ENV, call_site, grouped
+from moekit.te_gmm import BUCKETS_ENV, MODE_ENV, bias, call_site, grouped
 
 MARKER = "moekit te_gmm: engaged"  # one line in each process's log when the hook is in place
 CALL = "moekit te_gmm: ragged_dot"  # one line per traced call (shapes; printed while compiling)
@@ -73,6 +75,7 @@ def install(mode: str, buckets: int = 1) -> None:
     real = moe.jax.__dict__["_moekit_real"] if isinstance(moe.jax, _View) else moe.jax  # installed twice: once
     hooked = functools.partial(_ragged_dot, mode=mode, buckets=buckets)
     moe.jax = _View(real, lax=_View(real.lax, ragged_dot=hooked))
+    moe.RoutedMoE.transform_bias = bias.transform_bias
     print(f"{MARKER}: maxtext.layers.moe jax.lax.ragged_dot -> {MODES[mode][0]} (row sizes per call: {buckets})")
     sys.stdout.flush()
 
