@@ -133,6 +133,29 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
       log "portability rc=$?"
       cp "$dir/portability.json" "$OUT/portability_$n.json" 2>/dev/null
       tar czf "$OUT/portability_runs_$n.tgz" -C /tmp/portability "$n" 2>/dev/null ;;
+    resume)
+      # $arg: overrides joined by + (default moe=te_gmm). The same run three ways on $PRESETS_EXPERIMENT: uninterrupted
+      # without checkpoints (plain); with checkpoint.every=RESUME_EVERY, moekit SIGKILLed RESUME_PAST steps after the
+      # checkpoint of step RESUME_EVERY is committed, then relaunched on the same run.dir (killed). The report compares
+      # them; the run folders come back without their checkpoints. RESUME_DIR: where checkpoints fit (each holds
+      # parameters and optimizer state).
+      IFS=+ read -ra ovs <<< "${arg:-moe=te_gmm}"; every=${RESUME_EVERY:-6}; d=${RESUME_DIR:-/tmp/resume}
+      rm -rf "$d"; mkdir -p "$d"
+      common=(train "experiment=${PRESETS_EXPERIMENT:-dsv3_proxy_h200}" "${ovs[@]}" "train.steps=${STEPS:-16}")
+      timeout -s INT "$(bound 240)" $MOEKIT "${common[@]}" "run.dir=$d/plain" > "$OUT/resume.txt" 2>&1
+      log "resume plain rc=$?"
+      setsid $MOEKIT "${common[@]}" "checkpoint.every=$every" "run.dir=$d/killed" >> "$OUT/resume.txt" 2>&1 &
+      pid=$!; until_s=$((SECONDS + $(bound 300)))
+      while kill -0 $pid 2>/dev/null && [ $SECONDS -lt $until_s ]; do
+        last=$(grep -o '"step": [0-9]*' "$d/killed/metrics.jsonl" 2>/dev/null | tail -1 | tr -dc 0-9)
+        ls -d "$d"/killed/*/checkpoints/"$every" >/dev/null 2>&1 && [ "${last:-0}" -ge $((every + ${RESUME_PAST:-3})) ] && break
+        sleep 0.2
+      done
+      kill -9 -- -$pid 2>/dev/null; wait $pid 2>/dev/null; log "resume killed after step ${last:-none}"
+      timeout -s INT "$(bound 300)" $MOEKIT "${common[@]}" "checkpoint.every=$every" "run.dir=$d/killed" >> "$OUT/resume.txt" 2>&1
+      log "resume relaunch rc=$?"
+      $MOEKIT report "$d/plain" "$d/killed" --out "$d/report" >> "$OUT/resume.txt" 2>&1
+      tar czf "$OUT/resume_runs.tgz" --exclude=checkpoints --exclude=tensorboard -C "$d" . 2>/dev/null ;;
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"
