@@ -3,6 +3,7 @@
     python benchmarks/run_portability.py --dry-run [--families qwen3,mixtral] [--rows dense,tokamax] [--row N='O']
     python benchmarks/run_portability.py --out DIR [--families ...] [--rows ...] [--row te_gmm='moe=te_gmm'] [--steps N]
     python benchmarks/run_portability.py --record DIR/portability.json [MORE.json]   # table -> docs/performance.md
+    python benchmarks/run_portability.py --record DIR/portability.json --section NAME   # a table of its own
     (a family in several files: its rows are merged, the first file's baseline row stays the baseline)
 
 A family is its proxy experiment (conf/experiment/<family>_proxy_h200.yaml: full layer widths, the per-GPU expert
@@ -41,7 +42,6 @@ FAMILIES = {  # name -> proxy experiment
 }
 DEFAULT_FAMILIES = "qwen3,mixtral"
 DEFAULT_ROWS = "dense,tokamax"
-MARK_BEGIN, MARK_END = "<!-- BEGIN portability (benchmarks/run_portability.py --record) -->", "<!-- END portability -->"
 
 # GPU-time estimate per run: start-up and compilation (the brief of this benchmark: ~60 s to compile; smoke_gpu's
 # first 73 s on one H200, docs/performance.md), then steps at rates calibrated on dsv3_proxy_h200's measured steps
@@ -169,13 +169,11 @@ def merge(parts: list[dict]) -> dict:
     return results
 
 
-def record(paths: list[Path], doc: Path) -> None:
+def record(paths: list[Path], doc: Path, section: str = "") -> None:
+    """The merged table of `paths` into the doc's portability section (or the named one of its own)."""
     results = merge([json.loads(p.read_text()) for p in paths])
-    text = doc.read_text()
-    begin, end = text.find(MARK_BEGIN), text.find(MARK_END)
-    if begin < 0 or end < 0:
-        raise SystemExit(f"{doc} has no {MARK_BEGIN} ... {MARK_END} section to fill")
-    doc.write_text(text[: begin + len(MARK_BEGIN)] + "\n" + table(results) + "\n" + text[end:])
+    marks = run_presets.markers(section, "portability", "run_portability.py")
+    doc.write_text(run_presets._fill(doc.read_text(), *marks, table(results), doc))
 
 
 def main() -> int:
@@ -191,9 +189,10 @@ def main() -> int:
     p.add_argument("--dry-run", action="store_true", help="compose, check and estimate every run; launch nothing")
     p.add_argument("--record", type=Path, nargs="+", help="portability.json file(s) to render into --doc")
     p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
+    p.add_argument("--section", default="", help="with --record: fill the table of this name, not the main one")
     a = p.parse_args()
     if a.record:
-        record(a.record, a.doc)
+        record(a.record, a.doc, a.section)
         return 0
     families = [f for f in a.families.split(",") if f]
     unknown = [f for f in families if f not in FAMILIES] + [

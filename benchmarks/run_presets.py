@@ -363,17 +363,13 @@ def _fill(text: str, begin_mark: str, end_mark: str, body: str, doc: Path) -> st
     return text[: begin + len(begin_mark)] + "\n" + body + "\n" + text[end:]
 
 
-def markers(section: str = "") -> tuple[str, str]:
-    """Where the presets table goes in the doc: the main table, or a named one of its own (a session whose rows
-    are not merged with the main table's: another machine, another loss-check reference)."""
-    if not section:
-        return MARK_BEGIN, MARK_END
-    if not section.replace("_", "").replace("-", "").isalnum():
+def markers(section: str = "", kind: str = "presets", script: str = "run_presets.py") -> tuple[str, str]:
+    """Where a `kind` table goes in the doc: the main one, or a named one of its own (a batch whose rows are not
+    merged with the main table's: another machine, another loss-check reference)."""
+    if section and not section.replace("_", "").replace("-", "").isalnum():
         raise SystemExit(f"--section {section!r}: letters, digits, '_' and '-' only")
-    return (
-        f"<!-- BEGIN presets {section} (benchmarks/run_presets.py --record --section {section}) -->",
-        f"<!-- END presets {section} -->",
-    )
+    name, flag = (f"{kind} {section}", f" --section {section}") if section else (kind, "")
+    return f"<!-- BEGIN {name} (benchmarks/{script} --record{flag}) -->", f"<!-- END {name} -->"
 
 
 def record(results_paths: list[Path], doc: Path, section: str = "") -> None:
