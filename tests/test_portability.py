@@ -71,7 +71,11 @@ def test_table_speed_up_and_loss_check_against_the_family_baseline(tmp_path):
     assert "| 1.00x | reference |" in row["dense"]
     assert "**diverges** at step 1" in row["bad"]
     doc = tmp_path / "performance.md"
-    doc.write_text(f"before\n{run_portability.MARK_BEGIN}\nold\n{run_portability.MARK_END}\nafter\n")
+    main, own = (run_presets.markers(s, "portability", "run_portability.py") for s in ("", "gpt_oss"))
+    doc.write_text(f"before\n{main[0]}\nold\n{main[1]}\n{own[0]}\nkept\n{own[1]}\nafter\n")
     (tmp_path / "p.json").write_text(json.dumps(results))
     run_portability.record([tmp_path / "p.json"], doc)
     assert "old" not in doc.read_text() and "| qwen3 |" in doc.read_text() and doc.read_text().endswith("after\n")
+    assert "kept" in doc.read_text()  # a named section is another table
+    run_portability.record([tmp_path / "p.json"], doc, "gpt_oss")
+    assert "kept" not in doc.read_text() and doc.read_text().count("| qwen3 |") == 2 * len(row)
