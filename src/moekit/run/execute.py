@@ -26,7 +26,7 @@ from typing import Any
 from moekit import failures, redact, rundir, worker
 from moekit import rendezvous as rz
 from moekit.config.schema import Config
-from moekit.observe import metrics, profile, progress, summary
+from moekit.observe import events, metrics, profile, progress, summary
 from moekit.run import attempts, checkpoints, launch, preemption, preflight, records, view, watchdog
 from moekit.translate import job as jobmod
 from moekit.versions import versions
@@ -225,7 +225,14 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
             _survive(
                 unrecorded,
                 "the metrics summary",
-                lambda: summary.summarize(metrics.read(metrics_path), peaks, cfg.checkpoint.every, starts),
+                lambda: summary.summarize(
+                    metrics.read(metrics_path),
+                    peaks,
+                    cfg.checkpoint.every,
+                    starts,
+                    events.per_attempt(run, attempts.ATTEMPTS),
+                    cfg.train.steps,
+                ),
             )
             or {}
         )
@@ -251,7 +258,7 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     _survive(unrecorded, rundir.MANIFEST, records.write_manifest, run, manifest)
     for problem in [e for e in outcome.log_errors if e] + unrecorded:
         print(f"moekit: warning: {problem}", file=sys.stderr)
-    if record.steady:
+    if stats.get("steps"):
         print(summary.format_summary(stats, cfg.hardware.name, cfg.hardware.peak_source))
     if cfg.profile.enabled:
         first = cfg.profile.skip_steps + (resume_step or 0)
@@ -304,6 +311,7 @@ def _specs(ctx: _Run, job: jobmod.Job, names: list[str]) -> list[launch.ProcessS
         argv, secret_env = worker.hide_secrets(job.argv(pid), secret_keys)
         env = ctx.environ | job.env_dict | penv | secret_env | {worker.LAUNCHER_PID: str(os.getpid())}
         env |= {worker.STACKS: str(ctx.run / jobmod.per_process(watchdog.STACKS, pid))}
+        env |= {events.ENV: str(ctx.run / jobmod.per_process(events.FILE, pid))}
         env |= {worker.PREEMPTIBLE: "1"} if ctx.cfg.checkpoint.every else {}
         specs.append(launch.ProcessSpec(argv, env, log))
     return specs
