@@ -48,9 +48,10 @@ def losses(run_dir: Path, name: str = "metrics.jsonl") -> list[float]:
 
 @pytest.fixture(scope="session")
 def smoke_sweep(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """One real 2-run sweep (moe=ragged_dot,dense; 4 steps), shared by the multirun and report tests."""
+    """One real 2-run sweep (moe=ragged_dot,dense; 6 steps: 4 of them steady), shared by the multirun, report and
+    integrity tests."""
     folder = tmp_path_factory.mktemp("sweep") / "smoke"
-    proc = moekit("train", "-m", "experiment=smoke", "train.steps=4", "moe=ragged_dot,dense", f"run.dir={folder}")
+    proc = moekit("train", "-m", "experiment=smoke", "train.steps=6", "moe=ragged_dot,dense", f"run.dir={folder}")
     return folder, proc
 
 

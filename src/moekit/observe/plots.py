@@ -73,7 +73,8 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     meds = [r.summary["tflops_per_device"] or 0.0 for r in runs]
     spans = []
     for r in runs:
-        vals = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in _excluded(r)] or [0.0]
+        counted = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in _excluded(r)]
+        vals = counted if r.summary["tflops_per_device"] is not None and counted else [0.0]
         spans.append((max(0.0, min(vals)), max(vals)))
     err = [
         [m - lo for m, (lo, _) in zip(meds, spans, strict=True)],

@@ -203,9 +203,10 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     outcome, notice = _launch(ctx, specs)
 
     unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
+    last = preemption.last_step(metrics_path)  # this attempt's own records, before they join the earlier ones
     _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
     failure: failures.Failure | None = None
-    last, saved = preemption.last_step(metrics_path), attempts.latest_checkpoint(ctx.root, cfg.run_name)
+    saved = attempts.latest_checkpoint(ctx.root, cfg.run_name)
     with _log_lines(specs[0].log, outcome, 0) as lines:
         stopped = preemption.stop(notice, outcome.ended_at, last, resume_step, saved, lines)
     if stopped is not None:

@@ -1,0 +1,148 @@
+"""Measurement integrity on the paths users take: the summary of an interrupted, resumed run measures what an
+uninterrupted run of the same config measures, and the records hold every step exactly once.
+
+One uninterrupted reference and one run interrupted three times, each attempt stopped another way at another
+point (the cells of the stop table this covers, 1 process):
+- attempt 1: SIGTERM to moekit while MaxText compiles (before step 0): a preemption, the checkpoint of step 0;
+- attempt 2: SIGKILL of moekit between steps, two steps after the checkpoint of step 4: steps 5-6 run again;
+- attempt 3: SIGKILL of the worker right after the save of step 8: the steps after it run again;
+- attempt 4: runs to the end.
+Throughput is a ratio within this test (CPU time is noisy between machines, less within one test).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, live_workers, losses, moekit, recorded_steps
+
+STEPS = 12
+# Saves at 0, 4 and 8: steps 1, 5, 9 pay them, 2, 6, 10 refill the pipeline, 0 starts; 3, 4, 7, 8, 11 are steady.
+COMMON = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}", "checkpoint.every=4"]
+RATIO = 1.5
+
+
+def _events(run: Path) -> list[dict]:
+    out = []
+    for line in (run / "events.jsonl").read_text().splitlines() if (run / "events.jsonl").is_file() else []:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def _start(run: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "moekit", *COMMON, f"run.dir={run}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _wait(proc: subprocess.Popen, ready, what: str, timeout_s: float = 400) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before {what}:\n{proc.stdout.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"not {what} within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def _checkpoint(run: Path, step: int) -> bool:
+    return (run / "smoke" / "checkpoints" / str(step)).is_dir()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    run = tmp_path_factory.mktemp("integrity") / "reference"
+    proc = moekit(*COMMON, f"run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    return run
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory) -> tuple[Path, list[str]]:
+    run = tmp_path_factory.mktemp("integrity") / "chain"
+    outputs = []
+
+    proc = _start(run)  # 1: SIGTERM while compiling (the restore attempt is done, no step yet)
+    _wait(proc, lambda: any(e["event"] == "restore" for e in _events(run)), "restoring")
+    os.kill(proc.pid, signal.SIGTERM)
+    outputs.append(proc.communicate(timeout=300)[0])
+
+    proc = _start(run)  # 2: SIGKILL of moekit two steps after the checkpoint of step 4
+    _wait(proc, lambda: _checkpoint(run, 4) and max(recorded_steps(run / "metrics.jsonl"), default=-1) >= 6, "step 6")
+    os.killpg(proc.pid, signal.SIGKILL)  # moekit only: the workers run in sessions of their own and die with it
+    outputs.append(proc.communicate(timeout=60)[0])
+    deadline = time.monotonic() + 30
+    while live_workers(run) and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+    proc = _start(run)  # 3: the worker killed right after the save of step 8
+    _wait(proc, lambda: any(e["event"] == "save" and e["step"] == 8 for e in _events(run)), "the save of step 8")
+    for pid in live_workers(run).values():
+        os.kill(pid, signal.SIGKILL)
+    outputs.append(proc.communicate(timeout=120)[0])
+
+    last = moekit(*COMMON, f"run.dir={run}")  # 4: to the end
+    outputs.append(last.stdout + last.stderr)
+    assert last.returncode == 0, outputs[-1][-3000:]
+    return run, outputs
+
+
+@pytest.mark.integration
+def test_resumed_run_has_every_step_once_and_the_reference_losses(reference, chain):
+    run, outputs = chain
+    manifest = json.loads((run / "manifest.json").read_text())
+    statuses = [(a["status"], (a.get("failure") or {}).get("class")) for a in manifest["attempts"]]
+    print(f"\nattempts: {statuses}")
+    assert [s for s, _ in statuses] == ["preempted", "failed", "failed", "ok"], (statuses, outputs[0][-2000:])
+    assert statuses[1][1] == "killed"
+    stop = manifest["attempts"][0]["preemption"]
+    assert stop["checkpoint_step"] == 0 and stop["last_step"] == 0 and stop["steps_lost"] == 0, stop
+
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [int(r["step"]) for r in rows] == list(range(STEPS))
+    # Each step's record comes from the last attempt that ran it: 0 from the preempted one, the rest after.
+    assert rows[0]["moekit/attempt"] == 1 and rows[-1]["moekit/attempt"] == 4
+    a, b = losses(reference), losses(run)
+    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-3, (a, b)
+
+
+@pytest.mark.integration
+def test_resumed_run_measures_what_an_uninterrupted_run_measures(reference, chain):
+    run, _ = chain
+    ref = json.loads((reference / "summary.json").read_text())
+    got = json.loads((run / "summary.json").read_text())
+    print(f"\nreference: {ref['tokens_per_s_per_device']:.1f} tokens/s over {ref['counted_steps']}; left out "
+          f"{ref['excluded']}\nresumed:   {got['tokens_per_s_per_device']:.1f} over {got['counted_steps']}; left out "
+          f"{got['excluded']}")  # fmt: skip
+    assert got["missing_steps"] == [] and got["attempts"] == 4
+    assert set(got["evidence"].values()) == {"events"}
+    ratio = got["tokens_per_s_per_device"] / ref["tokens_per_s_per_device"]
+    assert 1 / RATIO <= ratio <= RATIO, ratio
+    reasons = {e["step"]: e["reason"] for e in got["excluded"]}
+    assert all(reasons.get(s) == "checkpoint save" for s in (1, 5, 9) if s in reasons), reasons
+    # `moekit report` recomputes the same figures from the run directory, also after it was moved.
+    moved = run.parent / "moved"
+    import shutil
+
+    shutil.copytree(run, moved, ignore=shutil.ignore_patterns("smoke"))
+    proc = moekit("report", str(reference), str(moved), "--out", str(run.parent / "report"))
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ") and "moved" in ln and "x |" in ln)
+    assert f"{ratio:.2f}x" in line, line
