@@ -24,7 +24,7 @@ def test_smoke_trains_and_summarizes(tmp_path):
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     run = _run_dir(proc.stdout)
     assert run.parent == tmp_path / "smoke"
-    assert "step 10/10" in proc.stdout and "final loss" in proc.stdout
+    assert "step 9 (10/10 done)" in proc.stdout and "final loss" in proc.stdout
     assert "left out         0 (compile)" in proc.stdout  # the summary says which steps it did not count
     # Start-up says what it is doing, with the time of day and the seconds since the command started.
     phases = [line for line in proc.stderr.splitlines() if re.match(r"moekit: \d\d:\d\d:\d\d \(\+[\d.]+ s\) ", line)]

@@ -194,6 +194,8 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         records.write_before_launch(run, ctx.config_view, job_record, vers, manifest, ctx.scrub)
     resumed = f", resuming from the checkpoint of step {resume_step}" if resume_step is not None else ""
     again = f" (attempt {attempt}{resumed})" if attempt > 1 else ""
+    if attempt > 1:  # steps are numbered from 0 everywhere (console, metrics, summary, report)
+        again += f"; next step {0 if resume_step is None else resume_step + 1} of 0-{cfg.train.steps - 1}"
     print(
         f"moekit: {cfg.experiment_name} -> {run}{again}  ({len(ctx.procs)} process(es), {cfg.num_devices} device(s))",
         flush=True,
@@ -325,6 +327,7 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
     tty = sys.stdout.isatty()
     cfg, phase, steps = ctx.cfg, ctx.phase, ctx.cfg.train.steps
     watch = watchdog.Watchdog(cfg.run.stall_timeout_s, started)
+    pace = progress.Pace()
 
     def on_line(line: str) -> None:
         for p in progress.parse_phase(line):
@@ -332,7 +335,8 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
         s = progress.parse(line)
         if s is not None:
             watch.step_done()
-            text = progress.format_progress(s, steps, time.monotonic() - started)
+            pace.add(s)
+            text = progress.format_progress(s, steps, time.monotonic() - started, pace)
             print(("\r" + text) if tty else text, end="" if tty else "\n", flush=True)
 
     phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
