@@ -100,6 +100,13 @@ def test_invalid_candidates_stop_the_sweep_before_any_run(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_candidate_of_another_model_is_refused_before_any_run(tmp_path):
+    """A smaller model always trains more tokens/s: ranking it against the base would mislead."""
+    proc = moekit("tune", "experiment=smoke", "--candidate", "model.num_layers=2", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "changes the model (model.num_layers)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
+
+
 @pytest.mark.integration
 def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path):
     """Real CPU trainings: the base (also the loss reference), an equivalent path, a learning rate 1000x

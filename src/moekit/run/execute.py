@@ -264,8 +264,8 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     if stats.get("steps"):
         print(summary.format_summary(stats, cfg.hardware.name, cfg.hardware.peak_source))
     if cfg.profile.enabled:
-        first = cfg.profile.skip_steps + (resume_step or 0)
-        print(profile.report_run(run, first, cfg.profile.steps, record.provenance))
+        first = cfg.profile.skip_steps + (0 if resume_step is None else resume_step + 1)  # MaxText's start step
+        print(profile.report_run(run, first, cfg.profile.steps, record.provenance, stats.get("counted_steps")))
     if failure is None:
         print(f"moekit: run directory {run}")
         return 0
