@@ -6,7 +6,7 @@ point (the cells of the stop table this covers, 1 process):
 - attempt 1: SIGTERM to moekit while MaxText compiles (before step 0): a preemption, saved at the first step
   boundary JAX's preemption sync reaches (step 0 or 1);
 - attempt 2: SIGKILL of moekit between steps, two steps after the checkpoint of step 4: steps 5-6 run again;
-- attempt 3: SIGKILL of the worker right after the save of step 8: the steps after it run again;
+- attempt 3: SIGKILL of the worker right after the checkpoint of step 8 is committed;
 - attempt 4: runs to the end.
 Throughput is a ratio within this test (CPU time is noisy between machines, less within one test).
 """
@@ -93,8 +93,8 @@ def chain(tmp_path_factory) -> tuple[Path, list[str]]:
     while live_workers(run) and time.monotonic() < deadline:
         time.sleep(0.2)
 
-    proc = _start(run)  # 3: the worker killed right after the save of step 8
-    _wait(proc, lambda: any(e["event"] == "save" and e["step"] == 8 for e in _events(run)), "the save of step 8")
+    proc = _start(run)  # 3: the worker killed right after the save of step 8 was committed
+    _wait(proc, lambda: _checkpoint(run, 8), "the checkpoint of step 8")
     for pid in live_workers(run).values():
         os.kill(pid, signal.SIGKILL)
     outputs.append(proc.communicate(timeout=120)[0])

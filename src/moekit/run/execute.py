@@ -154,6 +154,7 @@ def _history(previous: records.Manifest | None) -> list[dict[str, Any]]:
             {
                 "attempt": previous.attempt or len(history) + 1,
                 "started": previous.started,
+                "resumed_from_checkpoint": previous.resumed_from_checkpoint,
                 "status": "failed",
                 "failure": {
                     "class": failures.KILLED.name,
