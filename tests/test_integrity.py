@@ -150,3 +150,35 @@ def test_resumed_run_measures_what_an_uninterrupted_run_measures(reference, chai
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ") and "moved" in ln and "x |" in ln)
     assert f"{ratio:.2f}x" in line, line
+
+
+def _plain(smoke_run) -> dict:
+    """The plain run's summary (test_train_cpu adds a 2-step run under the same base directory: not that one)."""
+    base, proc = smoke_run
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    found = [json.loads((p / "summary.json").read_text()) for p in (base / "smoke").iterdir()]
+    return next(s for s in found if s["steps"] == 10)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("path", ["profile=on", "train -m member"])
+def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_run, profiled_smoke, smoke_sweep):
+    """experiment=smoke three ways, each a fixture other tests share: plain, with profile=on (the trace edges and
+    the steps after them are left out by the trace events), and as run 0 of a `train -m` sweep."""
+    plain = _plain(smoke_run)
+    if path == "profile=on":
+        run, proc = profiled_smoke
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = json.loads((run / "summary.json").read_text())
+        reasons = {e["step"]: e["reason"] for e in got["excluded"]}
+        # MaxText traces steps 3..5: starting the trace falls in step 3, stopping it in step 6.
+        assert reasons.get(3) == reasons.get(6) == "profile window edge", reasons
+    else:
+        folder, proc = smoke_sweep
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        got = json.loads((folder / "0" / "summary.json").read_text())
+    print(f"\n{path}: {got['tokens_per_s_per_device']:.1f} tokens/s over {got['counted_steps']}; plain "
+          f"{plain['tokens_per_s_per_device']:.1f} over {plain['counted_steps']}")  # fmt: skip
+    assert got["missing_steps"] == [] and got["steps"] == 10
+    ratio = got["tokens_per_s_per_device"] / plain["tokens_per_s_per_device"]
+    assert 1 / RATIO <= ratio <= RATIO, ratio
