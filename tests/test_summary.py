@@ -158,3 +158,20 @@ def test_a_run_without_a_steady_step_still_summarizes_and_plots(tmp_path):
     assert s["missing_steps"] == list(range(2, 10))
     assert plots.write([loaded], ["short"], tmp_path / "plots") == ["step_time.png", "tflops.png", "loss.png"]
     assert "n/a (too few steady steps)" in rep.runs_table([loaded], ["short"])
+
+
+def test_a_resumed_run_is_judged_attempt_by_attempt_from_its_own_events():
+    """Records 0-5 from attempt 1 (saved at 3, killed), 4-9 from attempt 2: each judged by its own attempt's stamps;
+    the steady figures come from both attempts' steady steps."""
+    rows = [
+        {"step": s, summary.STEP_TIME: 1.0, summary.TOKENS: 100.0, summary.ATTEMPT: 1 if s < 4 else 2}
+        for s in range(10)
+    ]
+    first = Events({s: float(s) for s in range(6)}, [("save", 3.1, 3.6, 3)])  # step 4 would pay it: re-run later
+    second = Events({s: 100.0 + s for s in range(4, 10)}, [("save", 106.2, 106.8, 6)])
+    s = summary.summarize(metrics.Metrics(rows), {}, 3, events={1: first, 2: second}, planned_steps=10)
+    reasons = {e["step"]: e["reason"] for e in s["excluded"]}
+    assert reasons == {0: "attempt start", 1: "pipeline refill", 4: "attempt start", 5: "pipeline refill",
+                       7: "checkpoint save", 8: "pipeline refill"}  # fmt: skip
+    assert s["counted_steps"] == [2, 3, 6, 9] and s["tokens_per_s_per_device"] == 100.0
+    assert s["evidence"] == {"1": "events", "2": "events"} and s["attempts"] == 2 and s["missing_steps"] == []
