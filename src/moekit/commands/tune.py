@@ -151,7 +151,13 @@ def run(args: argparse.Namespace) -> int:
     print(format_failures(runs))
     best = tuning.fastest(r for r in runs if r["role"].startswith("candidate"))
     if best is None:
-        print(f"moekit tune: no candidate finished within tolerance; no preset written ({out / 'tune.json'})")
+        unranked = [r for r in runs if r["role"].startswith("candidate") and r.get("accepted")]
+        why = (
+            "the accepted candidates have too few steady steps for a number (docs/metrics.md): train more steps"
+            if unranked
+            else "no candidate finished within tolerance"
+        )
+        print(f"moekit tune: {why}; no preset written ({out / 'tune.json'})")
         return 1
     record["winner"] = best["overrides"]
     save()
