@@ -5,8 +5,8 @@ One uninterrupted reference and one run interrupted three times, each attempt st
 point (the cells of the stop table this covers, 1 process):
 - attempt 1: SIGTERM to moekit while MaxText compiles (before step 0): a preemption, saved at the first step
   boundary JAX's preemption sync reaches (step 0 or 1);
-- attempt 2: SIGKILL of moekit between steps, two steps after the checkpoint of step 4: steps 5-6 run again;
-- attempt 3: SIGKILL of the worker right after the checkpoint of step 8 is committed;
+- attempt 2: SIGKILL of moekit between steps, two steps after the checkpoint of step 5: steps 6-7 run again;
+- attempt 3: SIGKILL of the worker right after the checkpoint of step 10 is committed;
 - attempt 4: runs to the end.
 Throughput is a ratio within this test (CPU time is noisy between machines, less within one test).
 """
@@ -25,9 +25,11 @@ import pytest
 
 from conftest import REPO, live_workers, losses, moekit, recorded_steps
 
-STEPS = 12
-# Saves at 0, 4 and 8: steps 1, 5, 9 pay them, 2, 6, 10 refill the pipeline, 0 starts; 3, 4, 7, 8, 11 are steady.
-COMMON = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}", "checkpoint.every=4"]
+STEPS = 20
+# Saves at 0, 5, 10, 15: steps 1, 6, 11, 16 pay them, the steps after refill the pipeline, 0 starts; 8 are steady.
+# Each resumed attempt loses its first three (start, the step with its first compilations, refill): 20 steps leave
+# the interrupted run enough steady steps.
+COMMON = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}", "checkpoint.every=5"]
 RATIO = 1.5
 
 
@@ -90,16 +92,16 @@ def chain(tmp_path_factory) -> tuple[Path, list[str]]:
     os.kill(proc.pid, signal.SIGTERM)
     outputs.append(proc.communicate(timeout=300)[0])
 
-    proc = _start(run)  # 2: SIGKILL of moekit two steps after the checkpoint of step 4
-    _wait(proc, lambda: _checkpoint(run, 4) and max(recorded_steps(run / "metrics.jsonl"), default=-1) >= 6, "step 6")
+    proc = _start(run)  # 2: SIGKILL of moekit two steps after the checkpoint of step 5
+    _wait(proc, lambda: _checkpoint(run, 5) and max(recorded_steps(run / "metrics.jsonl"), default=-1) >= 7, "step 7")
     os.killpg(proc.pid, signal.SIGKILL)  # moekit only: the workers run in sessions of their own and die with it
     outputs.append(proc.communicate(timeout=60)[0])
     deadline = time.monotonic() + 30
     while live_workers(run) and time.monotonic() < deadline:
         time.sleep(0.2)
 
-    proc = _start(run)  # 3: the worker killed right after the save of step 8 was committed
-    _wait(proc, lambda: _checkpoint(run, 8), "the checkpoint of step 8")
+    proc = _start(run)  # 3: the worker killed right after the save of step 10 was committed
+    _wait(proc, lambda: _checkpoint(run, 10), "the checkpoint of step 10")
     for pid in live_workers(run).values():
         os.kill(pid, signal.SIGKILL)
     outputs.append(proc.communicate(timeout=120)[0])

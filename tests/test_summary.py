@@ -95,7 +95,7 @@ def test_events_place_each_exclusion_in_the_step_window_it_fell_in():
         6: "pipeline refill",
         8: "profile window edge",
         9: "pipeline refill",
-        11: "compile",  # host work: the device runs on, no refill after it
+        11: "compile",
     }
     assert v.evidence == {1: "events"}
     # No fixed window: the same save a step later moves the exclusion with it.
