@@ -111,12 +111,16 @@ def summarize(
 
 def _checkpoint_steps(by_step: dict[int, dict], left_out: dict[int, str]) -> dict[str, Any] | None:
     """The steps that paid a save, and what the run sustained with its saves: total tokens over total time of every
-    step but the attempts' first steps and their refills (start-up is not the saves' cost)."""
+    step but each attempt's start-up (its first step and the compile and refill steps right after it)."""
     saved = [r for s, r in by_step.items() if left_out.get(s) == steady.SAVED]
     if not saved:
         return None
-    starts = {s for s, why in left_out.items() if why == steady.START}
-    start_up = starts | {s + 1 for s in starts if left_out.get(s + 1) == steady.REFILL}
+    start_up = set()
+    for s, why in left_out.items():  # each attempt's start and the compile/refill steps right after it
+        if why == steady.START:
+            while left_out.get(s) in (steady.START, steady.COMPILED, steady.RESTORED, steady.REFILL):
+                start_up.add(s)
+                s += 1
     both = [r for s, r in by_step.items() if s not in start_up]
     seconds = sum(float(r[STEP_TIME]) for r in both)
 
