@@ -8,8 +8,8 @@
 
 A family is its proxy experiment (conf/experiment/<family>_proxy_h200.yaml: full layer widths, the per-GPU expert
 count of the family's cluster layout, few layers). A row is one of run_presets.py's presets or NAME='OVERRIDES';
-the first row is the family's baseline: the speed-up is its step time over the row's (same tokens per step, so the
-same ratio of MaxText's TFLOP/s), and the loss check compares every row with it (moekit.tuning's gate). Each run is
+the first row is the family's baseline: the speed-up is the row's tokens/s over its, only for rows of the same tokens
+per step (others say why not), and the loss check compares every row with it (moekit.tuning's gate). Each run is
 a real `moekit train` in DIR/<family>/<row>/. --dry-run composes and checks every run, estimates its device memory
 (moekit plan) and the batch's GPU time, and launches nothing.
 """
@@ -130,10 +130,10 @@ def table(results: dict) -> str:
         f"Measured {first.get('date', '?')} on one NVIDIA H200 (hardware=h200), `moekit train experiment=<proxy>` "
         f"+ the row's overrides, one benchmark run per family (benchmarks/run_portability.py); versions: python "
         f"{v.get('python')}, jax {v.get('jax')}, maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit "
-        f"{v.get('moekit')}{te_note}. s/step and TFLOP/s/device: median after warm-up; TFLOP/s is MaxText's count; "
-        "MFU against 989 dense BF16 TFLOP/s (H200 datasheet). Speed-up: the family's baseline row's step time over "
-        f"the row's (same tokens per step). Loss check: every step within {run_presets.tuning.RTOL:g} relative of "
-        "the baseline row.",
+        f"{v.get('moekit')}{te_note}. s/step and TFLOP/s/device: median over the steady steps (docs/metrics.md); "
+        "TFLOP/s is MaxText's count; MFU against 989 dense BF16 TFLOP/s (H200 datasheet). Speed-up: the row's "
+        "tokens/s/device over the family's baseline row's, only at the same tokens per step. Loss check: every step "
+        f"within {run_presets.tuning.RTOL:g} relative of the baseline row.",
         "",
         "| family | proxy | row | overrides | status | s/step | TFLOP/s/dev | MFU | speed-up | loss check |",
         "|---|---|---|---|---|---|---|---|---|---|",
@@ -147,11 +147,15 @@ def table(results: dict) -> str:
         for name, r in res["presets"].items():
             ov = " ".join(o for o in r["overrides"] if not o.startswith(("experiment=", "train.steps=")))
             status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('error', '')[:80]}"
-            speed = base["step_time_s"] / r["step_time_s"] if r.get("step_time_s") and base.get("step_time_s") else None
+            # Only between runs of the same tokens per step (the family's proxy fixes the model); else why not.
+            same = r.get("batch") is not None and r.get("batch") == base.get("batch")
+            tok, base_tok = r.get("tokens_per_s_per_device"), base.get("tokens_per_s_per_device")
+            speed = f"{tok / base_tok:.2f}x" if same and tok and base_tok else "-"
+            speed = speed if same else "n/a (other tokens/step)"
             lines.append(
                 f"| {family} | `{res['experiment']}` | {name} | `{ov or '-'}` | {status} "
                 f"| {f(r.get('step_time_s'), '.3f')} | {f(r.get('tflops_per_device'), '.1f')} "
-                f"| {f(r.get('mfu_bf16'), '.1%')} | {f(speed, '.2f')}{'x' if speed else ''} | {checks[name]} |"
+                f"| {f(r.get('mfu_bf16'), '.1%')} | {speed} | {checks[name]} |"
             )
     return "\n".join(lines)
 

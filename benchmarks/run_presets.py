@@ -277,9 +277,10 @@ def table(results: dict) -> str:
         f"versions: python {v.get('python')}, jax {v.get('jax')}, jaxlib {v.get('jaxlib')}, flax {v.get('flax')}, "
         f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}"
         f"{f', transformer-engine {te} (in the runs of the rows that need it)' if te else ''}. s/step, TFLOP/s and "
-        "tokens/s: median after warm-up (moekit's summary); TFLOP/s is MaxText's count; MFU against 989 dense "
-        "BF16 TFLOP/s (H200 datasheet). Peak memory: the allocator's peak_bytes_in_use; estimate: MaxText's "
-        f"compile-time total. Loss check: every step within {tuning.RTOL:g} relative of `{results['reference']}`.",
+        "tokens/s: median over the steady steps (moekit's summary, docs/metrics.md); TFLOP/s is MaxText's count; "
+        "MFU against 989 dense BF16 TFLOP/s (H200 datasheet). Peak memory: the allocator's peak_bytes_in_use; "
+        "estimate: MaxText's compile-time total. "
+        f"Loss check: every step within {tuning.RTOL:g} relative of `{results['reference']}`.",
         "",
         "| preset | overrides | status | s/step | TFLOP/s/dev | MFU | tokens/s/dev | peak GiB | estimate GiB "
         "| loss check | final loss |",

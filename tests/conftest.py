@@ -47,11 +47,28 @@ def losses(run_dir: Path, name: str = "metrics.jsonl") -> list[float]:
 
 
 @pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`moekit train experiment=smoke` as the README gives it (10 steps, a new directory under run.base_dir),
+    shared by the CPU training and integrity tests (the plain run the others are measured against)."""
+    base = tmp_path_factory.mktemp("plain")
+    return base, moekit("train", "experiment=smoke", f"run.base_dir={base}")
+
+
+@pytest.fixture(scope="session")
 def smoke_sweep(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
-    """One real 2-run sweep (moe=ragged_dot,dense; 4 steps), shared by the multirun and report tests."""
+    """One real 2-run sweep (moe=ragged_dot,dense; 10 steps: run 0 is experiment=smoke's own config), shared by
+    the multirun, report and integrity tests."""
     folder = tmp_path_factory.mktemp("sweep") / "smoke"
-    proc = moekit("train", "-m", "experiment=smoke", "train.steps=4", "moe=ragged_dot,dense", f"run.dir={folder}")
+    proc = moekit("train", "-m", "experiment=smoke", "train.steps=10", "moe=ragged_dot,dense", f"run.dir={folder}")
     return folder, proc
+
+
+@pytest.fixture(scope="session")
+def profiled_smoke(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """The documented command: `moekit train experiment=smoke profile=on` (traces steps 3..5 of 10), shared by the
+    profiling and integrity tests."""
+    run = tmp_path_factory.mktemp("profile") / "one"
+    return run, moekit("train", "experiment=smoke", "profile=on", f"run.dir={run}", timeout=1200)
 
 
 # The local 2-process run the Slurm layouts must reproduce: fp32 (reduction order is not a wiring difference),

@@ -75,15 +75,15 @@ def test_sweep_gives_one_run_dir_per_run_and_a_combined_report(smoke_sweep):
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     record = json.loads((folder / "sweep.json").read_text())
     assert [r["overrides"] for r in record] == [
-        ["experiment=smoke", "train.steps=4", "moe=ragged_dot"],
-        ["experiment=smoke", "train.steps=4", "moe=dense"],
+        ["experiment=smoke", "train.steps=10", "moe=ragged_dot"],
+        ["experiment=smoke", "train.steps=10", "moe=dense"],
     ]
     assert [r["returncode"] for r in record] == [0, 0]
     assert [r["status"] for r in record] == ["ok", "ok"]  # the record tune's runner gives every run (run/trial.py)
     for i, backend in enumerate(("ragged_dot", "dense")):
         run = folder / str(i)
         assert yaml.safe_load((run / "config.yaml").read_text())["moe"]["backend"] == backend
-        assert len(losses(run)) == 4
+        assert len(losses(run)) == 10
     report = (folder / "report.md").read_text()
     assert "| moe=ragged_dot |" in report and "| moe=dense |" in report
     assert "speed-up relative to the first run: moe=ragged_dot" in report

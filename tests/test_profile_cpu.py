@@ -24,10 +24,9 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def one(tmp_path_factory):
+def one(profiled_smoke):
     """The documented command: `moekit train experiment=smoke profile=on` (traces steps 3..5 of 10)."""
-    run = tmp_path_factory.mktemp("profile") / "one"
-    return run, moekit("train", "experiment=smoke", "profile=on", f"run.dir={run}", timeout=1200)
+    return profiled_smoke
 
 
 @pytest.fixture(scope="module")

@@ -238,9 +238,12 @@ def test_without_the_switch_the_worker_changes_nothing(monkeypatch):
 
 
 def test_untraced_steps_leave_out_warm_up_and_the_windows_edges():
-    """Step 3 starts the trace, step 6 pays for writing it: the overhead compares steps outside both."""
+    """Step 3 starts the trace, step 6 pays for writing it: the overhead compares steady steps outside both."""
     times = [30.0, 1.0, 1.1, 4.0, 1.2, 1.3, 5.0, 1.0, 1.1, 1.2]
     rows = [{"step": float(i), "perf/step_time_seconds": t} for i, t in enumerate(times)]
-    out = profile.maxtext_step_times(rows, first_step=3, expected=3)
-    assert out["traced_steps"] == [4, 5] and out["untraced_steps"] == [1, 2, 7, 8, 9]
+    out = profile.maxtext_step_times(rows, first_step=3, expected=3)  # no events: the times alone
+    assert out["traced_steps"] == [4, 5] and out["untraced_steps"] == [2, 7, 8, 9]
     assert out["untraced_median_s"] == pytest.approx(1.1)
+    # With the run's own verdict (its events), exactly the steps it counted.
+    out = profile.maxtext_step_times(rows, first_step=3, expected=3, counted=[2, 8, 9])
+    assert out["untraced_steps"] == [2, 8, 9]

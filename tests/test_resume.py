@@ -94,6 +94,7 @@ def test_merge_keeps_one_record_per_step(tmp_path, first, second, expected):
         rows = [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]
         assert [r["step"] for r in rows] == list(range(len(expected)))
         assert [r["tag"] for r in rows] == expected
+        assert [r["moekit/attempt"] for r in rows] == [1 if t == "a" else 2 for t in expected]  # who wrote it
 
 
 @pytest.mark.integration
@@ -192,3 +193,19 @@ def test_docs_resume_example_works_as_printed(tmp_path):
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["status"] == "ok" and manifest["resumed_from_checkpoint"] >= 4
     assert _steps(run / "metrics.jsonl") == list(range(10))
+
+
+def test_a_third_attempt_keeps_who_wrote_each_record(tmp_path):
+    """A merged file moves to attempts/2/ with the next attempt's start; the next merge keeps its marks."""
+    from moekit.run import attempts
+
+    _write(tmp_path / "metrics.jsonl", range(0, 6), "a")
+    attempts.set_aside(tmp_path)
+    _write(tmp_path / "metrics.jsonl", range(4, 8), "b")
+    attempts.merge_metrics(tmp_path)
+    assert attempts.set_aside(tmp_path) == 3
+    _write(tmp_path / "metrics.jsonl", range(6, 10), "c")
+    attempts.merge_metrics(tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    expected = [(s, 1 if s < 4 else 2 if s < 6 else 3) for s in range(10)]
+    assert [(r["step"], r["moekit/attempt"]) for r in rows] == expected

@@ -19,13 +19,13 @@ def _run_dir(stdout: str):
     return Path(line.removeprefix("moekit: run directory ").strip())
 
 
-def test_smoke_trains_and_summarizes(tmp_path):
-    proc = moekit("train", "experiment=smoke", f"run.base_dir={tmp_path}")
+def test_smoke_trains_and_summarizes(smoke_run):
+    tmp_path, proc = smoke_run
     assert proc.returncode == 0, proc.stderr + proc.stdout[-3000:]
     run = _run_dir(proc.stdout)
     assert run.parent == tmp_path / "smoke"
-    assert "step 10/10" in proc.stdout and "final loss" in proc.stdout
-    assert "left out         0 (compile)" in proc.stdout  # the summary says which steps it did not count
+    assert "step 9 (10/10 done)" in proc.stdout and "final loss" in proc.stdout
+    assert "left out         0 (attempt start)" in proc.stdout  # the summary says which steps it did not count
     # Start-up says what it is doing, with the time of day and the seconds since the command started.
     phases = [line for line in proc.stderr.splitlines() if re.match(r"moekit: \d\d:\d\d:\d\d \(\+[\d.]+ s\) ", line)]
     said = " | ".join(phases)

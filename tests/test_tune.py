@@ -100,6 +100,13 @@ def test_invalid_candidates_stop_the_sweep_before_any_run(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_candidate_of_another_model_is_refused_before_any_run(tmp_path):
+    """A smaller model always trains more tokens/s: ranking it against the base would mislead."""
+    proc = moekit("tune", "experiment=smoke", "--candidate", "model.num_layers=2", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "changes the model (model.num_layers)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
+
+
 @pytest.mark.integration
 def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path):
     """Real CPU trainings: the base (also the loss reference), an equivalent path, a learning rate 1000x
@@ -109,7 +116,7 @@ def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path
     conf = tmp_path / "conf"  # the printed `cp` installs the preset here, not in this checkout
     shutil.copytree(REPO / "conf", conf)
     env = {"MOEKIT_CONF_DIR": str(conf), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    base = ["experiment=smoke", "precision=fp32", "train.steps=3"]
+    base = ["experiment=smoke", "precision=fp32", "train.steps=6"]  # 6: enough steady steps for a number
     proc = moekit(
         "tune", *base,
         "--candidate", "moe=dense",
@@ -133,7 +140,7 @@ def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path
     assert "hardware=h200: needs NVIDIA GPUs" in no_gpu["failure"]["evidence"]
     # The table names each failure's class; the lines below it give the evidence.
     row = next(
-        line for line in proc.stdout.splitlines() if "`experiment=smoke precision=fp32 train.steps=3 hardware" in line
+        line for line in proc.stdout.splitlines() if "`experiment=smoke precision=fp32 train.steps=6 hardware" in line
     )
     assert "| failed | refused before launch |" in row
     assert "evidence: [GPUs] hardware=h200: needs NVIDIA GPUs" in proc.stdout

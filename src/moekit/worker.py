@@ -21,7 +21,7 @@ from collections.abc import Collection, Sequence
 import yaml
 
 from moekit import rendezvous as rz
-from moekit import te_gmm
+from moekit import step_events, te_gmm
 from moekit.failures import JOINED, JOINING
 from moekit.redact import is_secret_name
 from moekit.rundir import PROFILE_DIR_ENV
@@ -208,6 +208,7 @@ def main() -> None:
     join(dict(os.environ))
     os.environ.update(point_maxtext_at_its_assets(dict(os.environ)))  # before anything imports maxtext
     keep_secrets_out_of_tensorboard()
+    step_events.install(dict(os.environ))  # when saves, restores, compiles and trace edges happened (summary)
     if os.environ.get(te_gmm.MODE_ENV):  # moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM
         from moekit.te_gmm import hook
 

@@ -95,6 +95,15 @@ def backend_fn(name: str, platform: str) -> tuple[Callable, str]:
     raise ValueError(f"unknown back end {name!r}: choose from {', '.join(BACKENDS)}")
 
 
+def available(name: str, platform: str) -> bool:
+    """Whether back end `name` can run here (its library imports and it supports the platform)."""
+    try:
+        backend_fn(name, platform)
+    except (ImportError, ValueError):
+        return False
+    return True
+
+
 def run(
     shape: Shape,
     backends: list[str],
@@ -113,7 +122,15 @@ def run(
     import jax
     import jax.numpy as jnp
 
-    started, total = time.monotonic(), 1 + len(backends) * len(skews)
+    # Every back end is looked up before anything is timed, so the counter's total holds from the first line.
+    found: dict[str, tuple[Callable, str] | Exception] = {}
+    for name in backends:
+        try:
+            found[name] = backend_fn(name, jax.devices()[0].platform)
+        except (ImportError, ValueError) as exc:
+            found[name] = exc
+    started = time.monotonic()
+    total = 1 + sum(1 if isinstance(f, Exception) else len(skews) for f in found.values())
 
     def done(row: dict[str, Any]) -> None:
         if progress is not None:
@@ -123,7 +140,6 @@ def run(
 
     if shape.rows % shape.groups:
         raise ValueError(f"rows {shape.rows} must be a multiple of groups {shape.groups} for the equal-group ceiling")
-    platform = jax.devices()[0].platform
     kx, kw = jax.random.split(jax.random.PRNGKey(0))
     x = jax.random.normal(kx, (shape.rows, shape.k), dtype)
     w = jax.random.normal(kw, (shape.groups, shape.k, shape.n), dtype) * 0.02
@@ -138,13 +154,11 @@ def run(
     reference = ceiling(x, w).reshape(shape.rows, shape.n)
 
     for name in backends:
-        try:
-            fn, what = backend_fn(name, platform)
-        except (ImportError, ValueError) as exc:
-            rows.append(_row(name, "", "-", None, shape, ceiling_s, error=f"unavailable: {exc}"))
-            total -= len(skews) - 1
+        if isinstance(found[name], Exception):
+            rows.append(_row(name, "", "-", None, shape, ceiling_s, error=f"unavailable: {found[name]}"))
             done(rows[-1])
             continue
+        fn, what = found[name]
         jitted = jax.jit(fn)
         for skew in skews:
             gs = jnp.asarray(group_sizes(shape.rows, shape.groups, skew))

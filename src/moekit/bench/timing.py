@@ -40,22 +40,39 @@ def provenance() -> dict[str, Any]:
     }
 
 
-def probe(dtype: str = "bfloat16") -> tuple[float, float]:
-    """(FLOP/s of a mid-sized matmul, bytes/s of a row gather) on the first device: what an estimate scales by.
+def probe(shape, dtype: str = "bfloat16") -> tuple[float, float]:
+    """(seconds per call of the equal-group batched matmul of `shape`, bytes/s of a row gather of its input) on the
+    first device, each timed after compilation and 3 warm-up calls: what the estimate scales by.
 
-    Takes well under a second; the numbers are this device's under its current load, not datasheet peaks.
+    The benchmark's own shape, not a stand-in: a small matmul leaves a large GPU mostly idle (a 1024^3 one measured
+    15.9 TFLOP/s on an H200 that does ~790 at the DeepSeek-V3 shape), so its rate says nothing about this one's.
     """
     import jax
     import jax.numpy as jnp
 
-    n = 1024
-    a = jnp.ones((n, n), dtype)
-    matmul = jax.jit(lambda x: x @ x)
-    seconds = median_seconds(matmul, a, warmup=1, iters=3)
-    rows = jnp.arange(n)[::-1]
+    per = shape.rows // shape.groups
+    x = jnp.ones((shape.groups, per, shape.k), dtype)
+    w = jnp.ones((shape.groups, shape.k, shape.n), dtype)
+    ceiling = jax.jit(lambda x, w: jnp.einsum("gmk,gkn->gmn", x, w))
+    gemm_s = median_seconds(ceiling, x, w, warmup=3, iters=5)  # warmed up as the benchmark's own calls are
+    flat = x.reshape(shape.rows, shape.k)
+    rows = jnp.arange(shape.rows)[::-1]
     gather = jax.jit(lambda x, i: x[i] + 1)
-    moved = median_seconds(gather, a, rows, warmup=1, iters=3)
-    return 2.0 * n**3 / seconds, 2.0 * a.nbytes / moved
+    moved = median_seconds(gather, flat, rows, warmup=3, iters=5)
+    return gemm_s, 2.0 * flat.nbytes / moved
+
+
+def seconds(x: float) -> str:
+    """A duration as a person reads it: '40 ms', '3.2 s', '12 s', '4.5 min'."""
+    if x < 0.01:
+        return f"{x * 1e3:.2g} ms"
+    if x < 1:
+        return f"{x * 1e3:.0f} ms"
+    if x < 10:
+        return f"{x:.2g} s"
+    if x < 120:
+        return f"{x:.0f} s"
+    return f"{x / 60:.2g} min"
 
 
 # Grouped kernels against a dense matmul of the same FLOPs, as measured: on one H200 tokamax's Mosaic kernel
@@ -65,24 +82,24 @@ GROUPED_SLOWDOWN = {"gpu": 2.5, "cpu": 10.0}
 
 
 def estimate(
-    shape, dtype: str, kernels: int, iters: int, rate: float, bandwidth: float, platform: str, layer=None
+    shape, dtype: str, kernels: int, iters: int, gemm_s: float, bandwidth: float, platform: str, layer=None
 ) -> str:
-    """One line: the operands' size, the work per call, and about how long the timed calls take at the probed
-    rates (compilation comes on top). `layer` (a dispatch Layer) adds the permutations around the GEMM."""
+    """One line: the operands' size, the work per call, and about how long the timed calls take, from the probe's
+    warmed-up timing of this shape (compilation comes on top). `layer` (a dispatch Layer) adds the permutations."""
     item = 4 if dtype == "float32" else 2
     operands = (shape.rows * shape.k + shape.groups * shape.k * shape.n + shape.rows * shape.n) * item
     calls = iters + 5  # compile, a correctness check, 3 warm-up, then the timed ones
-    gemm = shape.flop / rate
     slow = GROUPED_SLOWDOWN.get(platform, 10.0)
     if layer is None:
-        low, high, what = kernels * calls * gemm, calls * gemm * (1 + (kernels - 1) * slow), f"{kernels} kernel(s)"
+        low, high, what = kernels * calls * gemm_s, calls * gemm_s * (1 + (kernels - 1) * slow), f"{kernels} kernel(s)"
     else:
         moved = 3 * layer.tokens * layer.topk * layer.hidden * item  # gather, then two combines over the copies
-        low = calls * (gemm + moved / bandwidth)
-        high, what = calls * (gemm * slow + moved / bandwidth), "dispatch, 2 combines, 1 grouped GEMM"
+        low = calls * (gemm_s + moved / bandwidth)
+        high, what = calls * (gemm_s * slow + moved / bandwidth), "dispatch, 2 combines, 1 grouped GEMM"
     return (
         f"G={shape.groups} M={shape.rows} K={shape.k} N={shape.n} {dtype}: operands {operands / 2**20:.1f} MiB, "
-        f"{shape.flop / 1e9:.3g} GFLOP per GEMM call; {what} x {calls} calls: about {low:.0f}-{high:.0f} s plus "
-        f"compilation, at the {rate / 1e12:.3g} TFLOP/s and {bandwidth / 1e9:.3g} GB/s this device just measured "
-        f"(grouped kernels up to {slow:g}x slower than a dense GEMM here)"
+        f"{shape.flop / 1e9:.3g} GFLOP per GEMM call; {what} x {calls} calls: about {seconds(low)} to "
+        f"{seconds(high)} plus compilation, from this shape's equal-group matmul measured here after warm-up "
+        f"({seconds(gemm_s)} per call, {shape.flop / gemm_s / 1e12:.3g} TFLOP/s; gather {bandwidth / 1e9:.3g} GB/s; "
+        f"grouped kernels up to {slow:g}x slower than a dense GEMM here)"
     )

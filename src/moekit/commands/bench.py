@@ -115,14 +115,19 @@ def run(args: argparse.Namespace) -> int:
 
     shape = gmm.Shape(dims["experts"], dims["tokens"] * dims["topk"], dims["hidden"], dims["ffn"])
     if args.bench == "gmm":
-        kernels = 1 + len(_list(args.backends)) * len(_list(args.skews))
+        runnable = [b for b in _list(args.backends) if gmm.available(b, platform)]  # as run() will find them
+        kernels = 1 + len(runnable) * len(_list(args.skews))
         layer = None
     else:
         layer = dispatch.Layer(dims["tokens"], dims["hidden"], dims["experts"], dims["topk"], dims["ffn"])
         kernels = 2
     say(f"shape {shape_name} on {platform} (--shape dsv3: DeepSeek-V3's per-GPU shape; --shape small: seconds on CPU)")
-    rate, bandwidth = timing.probe(args.dtype)
-    say(timing.estimate(shape, args.dtype, kernels, dims["iters"], rate, bandwidth, platform, layer))
+    try:
+        gemm_s, bandwidth = timing.probe(shape, args.dtype)
+    except Exception as exc:  # a probe that cannot run (memory, an unsupported dtype) gives no estimate, not a guess
+        say(f"no time estimate: the probe of this shape failed ({type(exc).__name__}: {str(exc)[:200]})")
+    else:
+        say(timing.estimate(shape, args.dtype, kernels, dims["iters"], gemm_s, bandwidth, platform, layer))
     if args.bench == "gmm":
         result = gmm.run(shape, _list(args.backends), _list(args.skews), args.dtype, dims["iters"], progress=say)
         text = gmm.format_table(result)

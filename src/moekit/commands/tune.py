@@ -84,6 +84,14 @@ def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], dict[str, Any
             ref_configs[batch] = ensure_valid(compose(ref)).to_dict()
         except ConfigError as exc:
             bad.append(f"  reference {tuning.label(ref)}:\n    {exc}")
+    base_model = candidates[0][1]["model"] if candidates and candidates[0][0] == args.overrides else None
+    for ov, cfg in candidates:
+        if base_model is not None and cfg["model"] != base_model:  # a smaller model would always "win"
+            changed = sorted(k for k in cfg["model"] if cfg["model"][k] != base_model.get(k))
+            bad.append(
+                f"  {tuning.label(ov)}: changes the model ({', '.join(f'model.{k}' for k in changed)}); tune ranks "
+                "configurations of one model by tokens/s, another model's throughput is not comparable"
+            )
     if bad:
         raise ConfigError("these sweep configurations are invalid; nothing was launched:\n" + "\n".join(bad))
     return [(ov, cfg, cfg == ref_configs[tuning.batch_key(cfg)]) for ov, cfg in candidates], references
@@ -143,7 +151,13 @@ def run(args: argparse.Namespace) -> int:
     print(format_failures(runs))
     best = tuning.fastest(r for r in runs if r["role"].startswith("candidate"))
     if best is None:
-        print(f"moekit tune: no candidate finished within tolerance; no preset written ({out / 'tune.json'})")
+        unranked = [r for r in runs if r["role"].startswith("candidate") and r.get("accepted")]
+        why = (
+            "the accepted candidates have too few steady steps for a number (docs/metrics.md): train more steps"
+            if unranked
+            else "no candidate finished within tolerance"
+        )
+        print(f"moekit tune: {why}; no preset written ({out / 'tune.json'})")
         return 1
     record["winner"] = best["overrides"]
     save()

@@ -80,6 +80,12 @@ def plan(args: argparse.Namespace) -> tuple[list[str], Config, list[tuple[list[s
     planned = []
     for cand in candidates:
         cfg = ensure_valid(compose(base + cand))
+        if cfg.model != ref_cfg.model:
+            changed = sorted(k for k, v in cfg.model.model_dump().items() if v != ref_cfg.model.model_dump().get(k))
+            raise VerifyError(
+                f"candidate {' '.join(cand)} changes the model ({', '.join(f'model.{k}' for k in changed)}); another "
+                "model's losses are not comparable. An equivalence check keeps the model fixed."
+            )
         if _tokens_per_step(cfg) != _tokens_per_step(ref_cfg) or cfg.train.steps != ref_cfg.train.steps:
             raise VerifyError(
                 f"candidate {' '.join(cand)} changes tokens/step or steps ({_tokens_per_step(cfg):g} tokens x "

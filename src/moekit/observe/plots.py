@@ -60,7 +60,8 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
         if skipped:  # hollow markers: steps left out of the median (compilation, checkpoint saves, ...)
             left = [(s, v) for s, v in pts if s in skipped]
             ax.plot([s for s, _ in left], [v for _, v in left], "o", mfc="white", color=line.get_color())
-        ax.axhline(r.summary["step_time_s"]["median"], color=line.get_color(), ls=":", lw=1)
+        if r.summary.get("step_time_s"):  # none when too few steps are steady
+            ax.axhline(r.summary["step_time_s"]["median"], color=line.get_color(), ls=":", lw=1)
     title = "Step time per step (dotted: steady median; hollow: left out, see report notes)"
     ax.set(xlabel="step", ylabel="step time (s)", title=title)
     ax.set_yscale("log")
@@ -72,14 +73,16 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     meds = [r.summary["tflops_per_device"] or 0.0 for r in runs]
     spans = []
     for r in runs:
-        vals = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in _excluded(r)] or [0.0]
+        counted = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in _excluded(r)]
+        vals = counted if r.summary["tflops_per_device"] is not None and counted else [0.0]
         spans.append((max(0.0, min(vals)), max(vals)))
     err = [
         [m - lo for m, (lo, _) in zip(meds, spans, strict=True)],
         [hi - m for m, (_, hi) in zip(meds, spans, strict=True)],
     ]
     bars = ax.bar(range(len(runs)), meds, yerr=err, capsize=4, color=[f"C{i}" for i in range(len(runs))])
-    ax.bar_label(bars, labels=[f"{m:.4g}" for m in meds], padding=3, fontsize=8)
+    shown = [r.summary["tflops_per_device"] for r in runs]
+    ax.bar_label(bars, labels=["n/a" if m is None else f"{m:.4g}" for m in shown], padding=3, fontsize=8)
     ax.set_xticks(range(len(runs)), names, rotation=15 if len(runs) > 3 else 0, fontsize=8)
     ax.set(ylabel="TFLOP/s per device (MaxText's count)", title="Throughput: steady-state median (bars: min-max)")
     ax.grid(axis="y", alpha=0.3)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.observe import breakdown, hlo, metrics, summary, trace
+from moekit.observe import breakdown, hlo, metrics, steady, trace
 from moekit.observe.profile_rules import BUCKETS, KIND, Op, classify, is_container
 from moekit.observe.trace import Event
 
@@ -218,17 +218,23 @@ def metric_step_times(rows: Sequence[dict]) -> dict[int, float]:
     return out
 
 
-def maxtext_step_times(rows: Sequence[dict], first_step: int, expected: int) -> dict[str, Any]:
+def maxtext_step_times(
+    rows: Sequence[dict], first_step: int, expected: int, counted: Sequence[int] | None = None
+) -> dict[str, Any]:
     """MaxText's step times (host clock) inside and outside the traced window: the profiling overhead's evidence.
 
-    Untraced steps are the steady ones (those summary.exclusions keeps) that neither start the trace (the first
-    traced step's time includes starting it) nor follow it (the step after the window includes writing the trace).
+    Untraced steps are the steady ones (`counted`: the run summary's, judged by its events; without them the step
+    times alone, observe/steady.py) that neither start the trace (the first traced step's time includes starting
+    it) nor follow it (the step after the window includes writing the trace).
     """
     times = metric_step_times(rows)
     steps = sorted(times)
-    left_out = summary.exclusions(steps, [times[s] for s in steps])
+    if counted is None:
+        judged = steady.judge([steady.Step(s, times[s], 1) for s in steps], {})
+        counted = judged.steady([steady.Step(s, times[s], 1) for s in steps])
+    kept = set(counted)
     traced = [s for s in steps if first_step < s < first_step + expected]
-    untraced = [s for s in steps if s not in left_out and (s < first_step or s > first_step + expected)]
+    untraced = [s for s in steps if s in kept and (s < first_step or s > first_step + expected)]
     return {
         "traced_steps": traced,
         "traced_median_s": statistics.median(times[s] for s in traced) if traced else None,
@@ -267,21 +273,26 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1%}"
 
 
-def write(run: Path, first_step: int, expected: int, provenance: dict) -> dict[str, Any]:
-    """Analyze the run's traces and write profile.json (with the run's provenance); returns what it wrote."""
+def write(
+    run: Path, first_step: int, expected: int, provenance: dict, counted: Sequence[int] | None = None
+) -> dict[str, Any]:
+    """Analyze the run's traces and write profile.json (with the run's provenance); returns what it wrote.
+    `counted`: the steady steps of the run's summary."""
     rows = metrics.read(run / rundir.METRICS).rows if (run / rundir.METRICS).is_file() else []
     profile = {
         "provenance": provenance,
         **analyze(run, first_step, expected, metric_step_times(rows)),
-        "maxtext_step_time": maxtext_step_times(rows, first_step, expected),
+        "maxtext_step_time": maxtext_step_times(rows, first_step, expected, counted),
     }
     rundir.write_json(run / rundir.PROFILE, profile)
     return profile
 
 
-def report_run(run: Path, first_step: int, expected: int, provenance: dict) -> str:
+def report_run(
+    run: Path, first_step: int, expected: int, provenance: dict, counted: Sequence[int] | None = None
+) -> str:
     """What `moekit train ... profile=on` prints at the end: the breakdown, or why there is none."""
     try:
-        return format_breakdown(write(run, first_step, expected, provenance))
+        return format_breakdown(write(run, first_step, expected, provenance, counted))
     except (ProfileError, trace.TraceError, metrics.MetricsError) as exc:
         return f"step-time breakdown: none ({exc})"

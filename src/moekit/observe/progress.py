@@ -29,13 +29,35 @@ def parse(line: str) -> StepLine | None:
     return StepLine(int(m.group(1)), float(m.group(2)), float(m.group(3)))
 
 
-def format_progress(s: StepLine, total: int, elapsed_s: float) -> str:
-    """One progress line: steps done of `total`, seconds per step, loss and the ETA at this step's pace (seconds)."""
+class Pace:
+    """The time per step so far, for the ETA: the mean over this attempt's steps after its first two (start-up and
+    the pipeline filling: observe/steady.py), so saves and the short steps after them count at their share."""
+
+    SKIP = 2  # the attempt's first step and the one refilling the pipeline after it
+    MIN = 2  # steps measured before there is an ETA
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def add(self, s: StepLine) -> None:
+        """Note one completed step."""
+        self.times.append(s.seconds)
+
+    def seconds_per_step(self) -> float | None:
+        """Mean seconds per step over the measured steps, or None while there are too few."""
+        measured = self.times[self.SKIP :]
+        return sum(measured) / len(measured) if len(measured) >= self.MIN else None
+
+
+def format_progress(s: StepLine, total: int, elapsed_s: float, pace: Pace | None = None) -> str:
+    """One progress line: the step's number as the metrics, summary and report number it (0 to total - 1), how
+    many of `total` are done, seconds it took, loss, and the ETA at the measured pace (none before it is measured)."""
     done = s.step + 1
-    eta = s.seconds * max(0, total - done)
+    per_step = pace.seconds_per_step() if pace else None
+    eta = "ETA  n/a (measuring)" if per_step is None else f"ETA {per_step * max(0, total - done):5.0f} s"
     return (
-        f"step {done:>{len(str(total))}}/{total}  {s.seconds:7.3f} s/step  loss {s.loss:8.4f}  "
-        f"ETA {eta:5.0f} s  ({elapsed_s:.0f} s elapsed)"
+        f"step {s.step:>{len(str(total - 1))}} ({done}/{total} done)  {s.seconds:7.3f} s/step  loss {s.loss:8.4f}  "
+        f"{eta}  ({elapsed_s:.0f} s elapsed)"
     )
 
 

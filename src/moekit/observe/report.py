@@ -50,18 +50,34 @@ def _versions(r: Run) -> str:
 
 
 def status(r: Run) -> str:
-    """ok, or what went wrong: 'failed: killed (2 of 4 steps)', 'running (...)': a row never hides it."""
+    """ok, or what went wrong: 'failed: killed (2 of 4 steps)', 'ok (no record of step 5)': a row never hides it.
+
+    Steps done are the steps the records hold (one per step across attempts), never a count of lines."""
     m = r.manifest
     planned = int((r.config.get("train") or {}).get("steps") or 0)
-    done = len(r.metrics.rows)
+    recorded = {int(row["step"]) for row in r.metrics.rows}
+    done = len(recorded & set(range(planned))) if planned else len(recorded)
     partial = f" ({done} of {planned} steps)" if planned and done < planned else ""
     state = m.status or "unrecorded"
     if state == "ok" and not partial:
         return "ok"
     failure = (m.failure or {}).get("class")
     if state == "ok":
-        return f"partial{partial}"
+        missing = r.summary.get("missing_steps") or sorted(set(range(planned)) - recorded)
+        return f"ok, no record of step(s) {summary.ranges(missing)}{partial}"
     return f"{state}{': ' + failure if failure else ''}{partial}"
+
+
+def _steady(s: dict[str, Any], key: str, fmt: str) -> str:
+    """A steady-state number, or why there is none."""
+    st = s.get("step_time_s")
+    if not st:
+        return "n/a (too few steady steps)"
+    if key == "median":
+        return f"{st['median']:.4f}"
+    if key == "spread":
+        return f"{st['min']:.4f}-{st['max']:.4f}, {st['stdev']:.4f}"
+    return _num(s.get(key), fmt)
 
 
 def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
@@ -85,7 +101,7 @@ def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
     ]
     rows = []
     for name, r in zip(names, runs, strict=True):
-        s, st = r.summary, r.summary["step_time_s"]
+        s = r.summary
         rows.append(
             [
                 name,
@@ -93,10 +109,10 @@ def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
                 status(r),
                 f"{r.hardware.get('name', '?')} x{r.devices}",
                 f"{s['steps']} ({s['steady_steps']})",
-                f"{st['median']:.4f}",
-                f"{st['min']:.4f}-{st['max']:.4f}, {st['stdev']:.4f}",
-                _num(s["tflops_per_device"], ".4g"),
-                _num(s["tokens_per_s_per_device"], ".1f"),
+                _steady(s, "median", ""),
+                _steady(s, "spread", ""),
+                _steady(s, "tflops_per_device", ".4g"),
+                _steady(s, "tokens_per_s_per_device", ".1f"),
                 _mfu(r, "bf16"),
                 _mfu(r, "fp8"),
                 _num(s["final_loss"], ".4f"),
@@ -107,12 +123,32 @@ def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
     return table(header, rows)
 
 
-def speedup_basis(runs: Sequence[Run]) -> str:
-    """What 'speed-up' divides: tokens/s per device when every run does the same work per token (same model and
-    sequence length), else MaxText's TFLOP/s per device. Step time never: tokens per step may differ."""
-    work = {(_key(r.config.get("model")), (r.config.get("train") or {}).get("seq_len")) for r in runs}
-    has_tflops = all(r.summary["tflops_per_device"] for r in runs)
-    return "tokens/s/device" if len(work) == 1 or not has_tflops else "TFLOP/s/device"
+BASIS = "tokens/s/device"
+
+
+def tokens_per_step(r: Run) -> float | None:
+    """Tokens each device trains on per step (per-device batch x sequence length), from the run's config."""
+    t = r.config.get("train") or {}
+    try:
+        return float(t["per_device_batch_size"]) * int(t["seq_len"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def not_comparable(base: Run, r: Run) -> str | None:
+    """Why a speed-up of `r` over `base` would mislead (another model, other tokens per step, no steady number),
+    or None when it may be computed."""
+    if _key(base.config.get("model")) != _key(r.config.get("model")):
+        return "another model"
+    a, b = tokens_per_step(base), tokens_per_step(r)
+    if a is None or a != b:
+        return f"other tokens per step ({_num(b, 'g')} vs {_num(a, 'g')} per device)"
+    if not base.summary.get(TOKENS_KEY) or not r.summary.get(TOKENS_KEY):
+        return "too few steady steps"
+    return None
+
+
+TOKENS_KEY = "tokens_per_s_per_device"
 
 
 def _key(value: Any) -> str:
@@ -120,27 +156,27 @@ def _key(value: Any) -> str:
 
 
 def comparison_table(runs: Sequence[Run], names: Sequence[str]) -> str:
-    """The ablation view: every run against the first one, on the throughput that fits (speedup_basis)."""
-    basis = speedup_basis(runs)
-    key = "tokens_per_s_per_device" if basis == "tokens/s/device" else "tflops_per_device"
-    base = runs[0].summary
-    base_v, base_loss = base[key], base["final_loss"]
-    header = ["run", "status", "step time s", f"speed-up vs first ({basis})", "TFLOP/s/device", "tokens/s/device"]
+    """The ablation view: every run against the first one, on tokens/s per device, only where the two runs are
+    comparable (same model, same tokens per step); elsewhere the cell says why not."""
+    base = runs[0]
+    base_loss = base.summary.get("final_loss")
+    header = ["run", "status", "step time s", f"speed-up vs first ({BASIS})", "TFLOP/s/device", "tokens/s/device"]
     header += ["final loss", "loss - first"]
     rows = []
     for name, r in zip(names, runs, strict=True):
         s = r.summary
-        loss = s["final_loss"]
-        dloss = "n/a" if loss is None or base_loss is None else f"{loss - base_loss:+.2e}"
-        speed = f"{s[key] / base_v:.2f}x" if s[key] and base_v else "n/a"
+        loss = s.get("final_loss")
+        why = not_comparable(base, r)
+        dloss = "n/a" if loss is None or base_loss is None or why == "another model" else f"{loss - base_loss:+.2e}"
+        speed = f"n/a ({why})" if why else f"{s[TOKENS_KEY] / base.summary[TOKENS_KEY]:.2f}x"
         rows.append(
             [
                 name,
                 status(r),
-                f"{s['step_time_s']['median']:.4f}",
+                _steady(s, "median", ""),
                 speed,
-                _num(s["tflops_per_device"], ".4g"),
-                _num(s["tokens_per_s_per_device"], ".1f"),
+                _steady(s, "tflops_per_device", ".4g"),
+                _steady(s, TOKENS_KEY, ".1f"),
                 _num(loss, ".4f"),
                 dloss,
             ]
@@ -253,16 +289,18 @@ def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
     """The report's notes: how numbers are computed, each hardware's peak source, and what each run left out, paid
     for checkpoints or did not finish."""
     out = [
-        "Step time: median over the steady steps. Left out (each run below says which steps, docs/metrics.md "
-        "why): " + "; ".join(summary.REASONS.values()) + ". TFLOP/s and tokens/s are "
+        "Step time: median over the steady steps, across all attempts of a resumed run. Left out, by the events "
+        "each run recorded (each run below says which steps, docs/metrics.md why): "
+        + "; ".join(f"{k}: {v}" for k, v in summary.REASONS.items())
+        + ". Fewer than 3 steady steps give no number. TFLOP/s and tokens/s are "
         "MaxText's own per-device counts over the same steps (docs/metrics.md says which FLOPs it counts). "
         "MFU = TFLOP/s/device / the hardware's dense peak.",
     ]
     if len(runs) > 1:
         out.append(
-            f"Speed-up: {speedup_basis(runs)} relative to the first run (tokens/s when all runs do the same work "
-            "per token, same model and sequence length; TFLOP/s otherwise), never step time, since tokens per "
-            "step may differ."
+            "Speed-up: tokens/s/device relative to the first run, only for runs of the same model and the same "
+            "tokens per step on each device (per-device batch x sequence length); other runs show why not. "
+            "Never step time."
         )
     peaks = {(r.hardware.get("name"), r.hardware.get("peak_source")) for r in runs}
     out += [f"Peaks of {hw}: {src}" for hw, src in sorted(peaks, key=str)]

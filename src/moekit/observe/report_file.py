@@ -9,7 +9,7 @@ from pathlib import Path
 
 import moekit
 from moekit import rundir
-from moekit.observe import plots, published, rundata
+from moekit.observe import plots, published, rundata, summary
 from moekit.observe import report as rep
 
 REPORT = "report.md"
@@ -39,6 +39,9 @@ def write_report(run_dirs: Sequence[Path], out: Path | None = None) -> tuple[Pat
         profiled = [(n, r) for n, r in zip(names, runs, strict=True) if r.profile]
         shown += "\n\n" + rep.breakdown_table([r for _, r in profiled], [n for n, _ in profiled])
     for name, r in zip(names, runs, strict=True):
+        shown += f"\n{name}: left out {summary.excluded_text(r.summary)}"
+        if r.summary.get("note"):
+            shown += f"\n{name}: {r.summary['note']}"
         if r.metrics.truncated_tail:
             shown += f"\nnote: {name}: truncated last line of {r.metrics.path} skipped"
     return path, shown, pngs

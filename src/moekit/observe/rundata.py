@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.observe import metrics, summary
+from moekit.observe import events, metrics, summary
 from moekit.observe.metrics import Metrics, MetricsError
 from moekit.run import records
 
@@ -76,12 +76,18 @@ def load(path: Path) -> Run:
     if not m.rows:
         raise MetricsError(f"{m.path} holds no completed step; nothing to report (see {path / rundir.LOG}).")
     prof = _read(records.read_profile, path)
-    return Run(path, cfg, vers, manifest, m, summarize(m, cfg, manifest), prof)
+    return Run(path, cfg, vers, manifest, m, summarize(m, cfg, manifest, path), prof)
 
 
-def summarize(m: Metrics, cfg: dict[str, Any], manifest: records.Manifest | None) -> dict[str, Any]:
-    """summary.summarize() with what the run's own records say: its peaks, checkpoint period and attempts."""
+def summarize(
+    m: Metrics, cfg: dict[str, Any], manifest: records.Manifest | None, run: Path | None = None
+) -> dict[str, Any]:
+    """summary.summarize() with what the run's own records say: its peaks, checkpoint period, attempts, planned
+    steps and, from run directory `run` (the metrics file's folder by default), every attempt's events."""
     peaks = cfg.get("hardware", {}).get("peak_tflops", {}) or {}
     every = int((cfg.get("checkpoint") or {}).get("every") or 0)
+    planned = int((cfg.get("train") or {}).get("steps") or 0) or None
     history = manifest.history() if manifest else [{}]
-    return summary.summarize(m, peaks, every, summary.attempt_starts(history))
+    folder = run or (m.path.parent if m.path else None)
+    found = events.per_attempt(folder) if folder else {}
+    return summary.summarize(m, peaks, every, summary.attempt_starts(history), found, planned)

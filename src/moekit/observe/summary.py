@@ -1,76 +1,41 @@
-"""Steady-state summary of one run's metrics (pure): which steps count, which do not and why.
+"""Steady-state summary of one run's metrics (pure): medians over the steady steps, what was left out and why.
 
-MaxText logs a step's time when the next one is dispatched, so a step's time is not always its own work:
-- compilation lands on the first step of an attempt, or (multi-process runs) a few steps later, and the
-  steps dispatched before it then show times that miss the wait;
-- a checkpoint save of step s is paid by step s + 1 (MaxText saves at step 0 and every checkpoint.every).
-Each rule below is one named reason; docs/metrics.md states them.
+Which steps are steady is observe/steady.py's one rule (events the run recorded, then the step times); every
+consumer (train's summary, report, tune, verify, the benchmark runners) reads the numbers made here.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from moekit.observe import steady
+from moekit.observe.events import Events
 from moekit.observe.metrics import Metrics
 
 STEP_TIME = "perf/step_time_seconds"
 TFLOPS = "perf/per_device_tflops_per_sec"
 TOKENS = "perf/per_device_tokens_per_sec"
 LOSS = "learning/loss"
+ATTEMPT = "moekit/attempt"  # which attempt wrote a merged record (run/attempts.merge_metrics)
 
-COMPILE_FACTOR = 3.0  # a step this many times the run's median step time is a compilation or a stall
-COMPILE_WINDOW = 5  # compilation lands within this many steps of an attempt's start
-WARMUP_FACTOR = 1.5  # a leading step this many times the median of the steps after it is still warming up
-
-REASONS = {
-    "compile": f"compilation: the first step of an attempt, or its first step over {COMPILE_FACTOR:g}x the median "
-    f"within {COMPILE_WINDOW} steps of the start",
-    "before compile": "dispatched before the compilation finished: its time misses the wait",
-    "warm-up": f"warm-up: slower than {WARMUP_FACTOR:g}x the median of the steps after it",
-    "checkpoint": "pays the checkpoint save of the step before it (checkpoint.every): reported apart",
-    "outlier": f"over {COMPILE_FACTOR:g}x the median later in the run: a recompilation or a stall",
-}
-
-
-def exclusions(
-    steps: Sequence[int], times: Sequence[float], checkpoint_every: int = 0, attempt_starts: Sequence[int] = (0,)
-) -> dict[int, str]:
-    """step -> reason (a REASONS key) for every step left out of the steady state; the others are steady.
-
-    attempt_starts: the first step of each attempt (0, and the step after each checkpoint a resume started from).
-    """
-    by_step = dict(zip(steps, times, strict=True))
-    if len(by_step) < 2:
-        return {}
-    starts = sorted({s for s in attempt_starts if s in by_step} | {min(by_step)})
-    # A resumed attempt starts right after the checkpoint it restored; that first step pays no save.
-    saves = {s for s in by_step if checkpoint_every > 0 and s > 0 and (s - 1) % checkpoint_every == 0} - set(starts)
-    base = [t for s, t in by_step.items() if s not in saves] or list(times)
-    median = statistics.median(base)
-    out: dict[int, str] = {}
-    for i, start in enumerate(starts):
-        end = starts[i + 1] if i + 1 < len(starts) else max(by_step) + 1
-        window = [s for s in sorted(by_step) if start <= s < min(end, start + COMPILE_WINDOW) and s not in saves]
-        slow = [s for s in window if by_step[s] > COMPILE_FACTOR * median]
-        compiled = slow[0] if slow else start
-        out |= {s: "before compile" for s in window if s < compiled}
-        out[compiled] = "compile"
-    out |= {s: "checkpoint" for s in saves if s not in out}
-    rest = [s for s in sorted(by_step) if s not in out]
-    for n, s in enumerate(rest[:-1]):  # leading steps still warming up (autotuning, first transfers)
-        if by_step[s] <= WARMUP_FACTOR * statistics.median(by_step[t] for t in rest[n + 1 :]):
-            break
-        out[s] = "warm-up"
-    out |= {s: "outlier" for s in rest if s not in out and by_step[s] > COMPILE_FACTOR * median}
-    return dict(sorted(out.items()))
+REASONS = steady.REASONS
 
 
 def attempt_starts(attempts: Sequence[dict[str, Any]]) -> list[int]:
     """First step of each attempt, from a manifest's attempts (a resume starts after the checkpoint it restored)."""
     resumed = [a.get("resumed_from_checkpoint") for a in attempts]
     return sorted({0} | {int(r) + 1 for r in resumed if r is not None})
+
+
+def _attempt_of(row: dict, starts: Sequence[int], last: int) -> int:
+    """The attempt a record belongs to: its mark when merged, else by the manifest's attempt starts."""
+    if ATTEMPT in row:
+        return int(row[ATTEMPT])
+    if len(starts) <= 1:
+        return last
+    return sum(1 for s in starts if s <= int(row["step"]))
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -87,48 +52,76 @@ def summarize(
     peaks: dict[str, float | None],
     checkpoint_every: int = 0,
     attempt_starts: Sequence[int] = (0,),
+    events: Mapping[int, Events] | None = None,
+    planned_steps: int | None = None,
 ) -> dict[str, Any]:
-    """Medians over the steady steps, the excluded steps with their reasons, checkpoint steps apart."""
+    """Medians over the steady steps (none when fewer than steady.MIN_STEADY), each left-out step with its reason,
+    the steps that paid a save apart, and the steps the records miss.
+
+    `events`: attempt number -> that attempt's events (observe/events.per_attempt); `planned_steps`: train.steps.
+    """
     rows = [r for r in m.rows if STEP_TIME in r]
+    recorded = sorted(int(r["step"]) for r in m.rows)
+    missing = sorted(set(range(planned_steps)) - set(recorded)) if planned_steps else []
     if not rows:
-        return {"steps": len(m.rows), "steady_steps": 0, "excluded": []}
+        return {"steps": len(m.rows), "steady_steps": 0, "excluded": [], "missing_steps": missing}
+    events = events or {}
+    last = max(events, default=1)
+    starts = sorted(attempt_starts)
     by_step = {int(r["step"]): r for r in rows}
-    left_out = exclusions(list(by_step), [float(r[STEP_TIME]) for r in rows], checkpoint_every, attempt_starts)
-    steady = [r for s, r in by_step.items() if s not in left_out]
-    note = None
-    if not steady:  # every step paid a save (checkpoint.every=1) or there is one step: use what there is
-        steady = [r for s, r in by_step.items() if left_out.get(s) == "checkpoint"] or rows
-        note = "no step is free of compilation or checkpoint saves: the medians include them"
-    tf = [float(r[TFLOPS]) for r in steady if TFLOPS in r]
-    med_tf = statistics.median(tf) if tf else None
-    tok = [float(r[TOKENS]) for r in steady if TOKENS in r]
+    steps = [steady.Step(s, float(r[STEP_TIME]), _attempt_of(r, starts, last)) for s, r in by_step.items()]
+    verdict = steady.judge(steps, events, checkpoint_every)
+    left_out = verdict.left_out
+    counted = [r for s, r in by_step.items() if s not in left_out]
     out: dict[str, Any] = {
         "steps": len(m.rows),
-        "steady_steps": len(steady),
-        "counted_steps": [int(r["step"]) for r in steady],
+        "steady_steps": len(counted),
+        "counted_steps": [int(r["step"]) for r in counted],
         "excluded": [{"step": s, "reason": why} for s, why in left_out.items()],
         "exclusion_reasons": {why: REASONS[why] for why in dict.fromkeys(left_out.values())},
-        "step_time_s": _spread([float(r[STEP_TIME]) for r in steady]),
-        "tflops_per_device": med_tf,
-        "tokens_per_s_per_device": statistics.median(tok) if tok else None,
-        "mfu": {k: (med_tf / p if (med_tf is not None and p) else None) for k, p in peaks.items()},
-        "checkpoint": _checkpoint_steps(by_step, left_out, steady),
+        "evidence": {str(a): e for a, e in sorted(verdict.evidence.items())},
+        "attempts": len(verdict.evidence),
+        "missing_steps": missing,
+        "step_time_s": None,
+        "tflops_per_device": None,
+        "tokens_per_s_per_device": None,
+        "mfu": {k: None for k in peaks},
+        "checkpoint": _checkpoint_steps(by_step, left_out),
         "final_loss": float(m.rows[-1][LOSS]) if LOSS in m.rows[-1] else None,
         "losses": [float(r[LOSS]) for r in m.rows if LOSS in r],
         "truncated_tail": m.truncated_tail,
     }
-    if note:
-        out["note"] = note
+    if len(counted) < steady.MIN_STEADY:
+        out["note"] = (
+            f"too few steady steps ({len(counted)} of {len(rows)}; at least {steady.MIN_STEADY} are needed): no "
+            "steady number. Run more steps, or save checkpoints less often."
+        )
+        return out
+    tf = [float(r[TFLOPS]) for r in counted if TFLOPS in r]
+    med_tf = statistics.median(tf) if tf else None
+    tok = [float(r[TOKENS]) for r in counted if TOKENS in r]
+    out |= {
+        "step_time_s": _spread([float(r[STEP_TIME]) for r in counted]),
+        "tflops_per_device": med_tf,
+        "tokens_per_s_per_device": statistics.median(tok) if tok else None,
+        "mfu": {k: (med_tf / p if (med_tf is not None and p) else None) for k, p in peaks.items()},
+    }
     return out
 
 
-def _checkpoint_steps(by_step: dict[int, dict], left_out: dict[int, str], steady: list[dict]) -> dict[str, Any] | None:
-    """The steps that paid a save, and the throughput of the run's steady and save steps together (what a run
-    with these checkpoints sustains: total tokens over total time)."""
-    saved = [r for s, r in by_step.items() if left_out.get(s) == "checkpoint"]
+def _checkpoint_steps(by_step: dict[int, dict], left_out: dict[int, str]) -> dict[str, Any] | None:
+    """The steps that paid a save, and what the run sustained with its saves: total tokens over total time of every
+    step but each attempt's start-up (its first step and the compile and refill steps right after it)."""
+    saved = [r for s, r in by_step.items() if left_out.get(s) == steady.SAVED]
     if not saved:
         return None
-    both = steady + [r for r in saved if r not in steady]
+    start_up = set()
+    for s, why in left_out.items():  # each attempt's start and the compile/refill steps right after it
+        if why == steady.START:
+            while left_out.get(s) in (steady.START, steady.COMPILED, steady.RESTORED, steady.REFILL):
+                start_up.add(s)
+                s += 1
+    both = [r for s, r in by_step.items() if s not in start_up]
     seconds = sum(float(r[STEP_TIME]) for r in both)
 
     def rate(key: str) -> float | None:
@@ -144,14 +137,15 @@ def _checkpoint_steps(by_step: dict[int, dict], left_out: dict[int, str], steady
 
 
 def excluded_text(s: dict[str, Any]) -> str:
-    """'steps 0-1 (before compile), 2 (compile), 3, 5 (checkpoint)': which steps were left out, and why."""
+    """'0 (attempt start); 1 (pipeline refill); 3, 5 (checkpoint save)': which steps were left out, and why."""
     groups: dict[str, list[int]] = {}
     for e in s.get("excluded", []):
         groups.setdefault(e["reason"], []).append(e["step"])
-    return "; ".join(f"{_ranges(v)} ({why})" for why, v in groups.items()) or "none"
+    return "; ".join(f"{ranges(v)} ({why})" for why, v in groups.items()) or "none"
 
 
-def _ranges(steps: list[int]) -> str:
+def ranges(steps: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7, 8"."""
     parts, run = [], [steps[0]]
     for s in steps[1:]:
         if s == run[-1] + 1:
@@ -164,20 +158,24 @@ def _ranges(steps: list[int]) -> str:
 
 
 def format_summary(s: dict[str, Any], hardware: str, peak_source: str) -> str:
-    """A run's summary as aligned text: steps counted, step time, TFLOP/s, tokens/s, MFU, checkpoint cost and final
-    loss."""
-    if not s.get("steady_steps"):
+    """A run's summary as aligned text: steps counted and left out (with why), step time, TFLOP/s, tokens/s, MFU,
+    checkpoint cost, steps the records miss and final loss; no number where there are too few steady steps."""
+    if not s.get("steps"):
         return "no steps completed"
-    st = s["step_time_s"]
+    st = s.get("step_time_s")
+    attempts = f" over {s['attempts']} attempts" if s.get("attempts", 1) > 1 else ""
     lines = [
-        f"steps            {s['steps']} (median over {s['steady_steps']} steady)",
+        f"steps            {s['steps']}{attempts} ({s.get('steady_steps', 0)} steady)",
         f"left out         {excluded_text(s)}",
-        f"step time        {st['median']:.4f} s median (min {st['min']:.4f}, max {st['max']:.4f})",
-        f"TFLOP/s/device   {_num(s['tflops_per_device'], '.3f')}  (MaxText's count)",
-        f"tokens/s/device  {_num(s['tokens_per_s_per_device'], '.1f')}",
     ]
-    mfu = [f"{k} {v:.1%}" for k, v in s["mfu"].items() if v is not None]
-    lines.append(f"MFU              {', '.join(mfu) if mfu else 'n/a'}  (hardware={hardware}: {peak_source})")
+    if st:
+        lines += [
+            f"step time        {st['median']:.4f} s median (min {st['min']:.4f}, max {st['max']:.4f})",
+            f"TFLOP/s/device   {_num(s['tflops_per_device'], '.3f')}  (MaxText's count)",
+            f"tokens/s/device  {_num(s['tokens_per_s_per_device'], '.1f')}",
+        ]
+        mfu = [f"{k} {v:.1%}" for k, v in s["mfu"].items() if v is not None]
+        lines.append(f"MFU              {', '.join(mfu) if mfu else 'n/a'}  (hardware={hardware}: {peak_source})")
     ck = s.get("checkpoint")
     if ck:
         rate = ck["with_saves"]["tokens_per_s_per_device"]
@@ -185,9 +183,11 @@ def format_summary(s: dict[str, Any], hardware: str, peak_source: str) -> str:
             f"checkpoint steps {len(ck['steps'])}, {ck['step_time_s']['median']:.4f} s median; with them "
             f"{_num(rate, '.1f')} tokens/s/device"
         )
+    if s.get("missing_steps"):
+        lines.append(f"no record        steps {ranges(s['missing_steps'])}")
     if s.get("note"):
         lines.append(f"note             {s['note']}")
-    lines.append(f"final loss       {_num(s['final_loss'], '.4f')}")
+    lines.append(f"final loss       {_num(s.get('final_loss'), '.4f')}")
     return "\n".join(lines)
 
 

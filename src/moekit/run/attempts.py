@@ -24,7 +24,7 @@ from moekit.run import records
 ATTEMPTS = "attempts"
 LOCK = ".moekit.lock"
 # Top-level outputs of one attempt (per process: metrics.1.jsonl, maxtext.1.log, ...).
-ATTEMPT_FILES = ("metrics*.jsonl", "maxtext*.log", "stacks*.txt")
+ATTEMPT_FILES = ("metrics*.jsonl", "events*.jsonl", "maxtext*.log", "stacks*.txt")
 # Keys that may differ between attempts of one run.
 # A moved run directory resumes too; the coordinator port may be held by something else when the run is relaunched.
 MAY_DIFFER = ("run.base_dir", "run.dir", "cluster.coordinator_port")
@@ -147,15 +147,21 @@ def _records(path: Path) -> list[dict]:
     return out
 
 
+ATTEMPT_KEY = "moekit/attempt"  # added to each merged record: the attempt whose record it is
+
+
 def merge_metrics(run: Path) -> list[str]:
     """Rewrite every metrics*.jsonl of the run as the union of all attempts, one record per step.
 
     An attempt that starts at step s (it resumed from the checkpoint before s) replaces every earlier
-    record from s on. Returns the names of the files written.
+    record from s on. Each record gets ATTEMPT_KEY, the attempt that wrote it (attempts/<n>/ holds attempt n's
+    files, the run directory the last one's), so the summary can judge it by that attempt's events. Returns the
+    names of the files written.
     """
     attempts = _attempt_dirs(run)
     if not attempts:
         return []
+    current = int(attempts[-1].name) + 1
     names = sorted({p.name for d in [*attempts, run] for p in d.glob("metrics*.jsonl")})
     for name in names:
         merged: dict[int, dict] = {}
@@ -163,9 +169,10 @@ def merge_metrics(run: Path) -> list[str]:
             rows = _records(d / name)
             if not rows:
                 continue
+            n = current if d == run else int(d.name)
             first = min(int(r["step"]) for r in rows)
             merged = {s: r for s, r in merged.items() if s < first}
             for r in rows:
-                merged[int(r["step"])] = r
+                merged[int(r["step"])] = {**r, ATTEMPT_KEY: r.get(ATTEMPT_KEY, n)}  # a merged file keeps its own
         rundir.write_atomic(run / name, "".join(json.dumps(merged[s]) + "\n" for s in sorted(merged)))
     return names

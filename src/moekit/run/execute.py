@@ -26,7 +26,7 @@ from typing import Any
 from moekit import failures, redact, rundir, worker
 from moekit import rendezvous as rz
 from moekit.config.schema import Config
-from moekit.observe import metrics, profile, progress, summary
+from moekit.observe import events, metrics, profile, progress, summary
 from moekit.run import attempts, checkpoints, launch, preemption, preflight, records, view, watchdog
 from moekit.translate import job as jobmod
 from moekit.versions import versions
@@ -154,6 +154,7 @@ def _history(previous: records.Manifest | None) -> list[dict[str, Any]]:
             {
                 "attempt": previous.attempt or len(history) + 1,
                 "started": previous.started,
+                "resumed_from_checkpoint": previous.resumed_from_checkpoint,
                 "status": "failed",
                 "failure": {
                     "class": failures.KILLED.name,
@@ -194,6 +195,8 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         records.write_before_launch(run, ctx.config_view, job_record, vers, manifest, ctx.scrub)
     resumed = f", resuming from the checkpoint of step {resume_step}" if resume_step is not None else ""
     again = f" (attempt {attempt}{resumed})" if attempt > 1 else ""
+    if attempt > 1:  # steps are numbered from 0 everywhere (console, metrics, summary, report)
+        again += f"; next step {0 if resume_step is None else resume_step + 1} of 0-{cfg.train.steps - 1}"
     print(
         f"moekit: {cfg.experiment_name} -> {run}{again}  ({len(ctx.procs)} process(es), {cfg.num_devices} device(s))",
         flush=True,
@@ -203,9 +206,10 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     outcome, notice = _launch(ctx, specs)
 
     unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
+    last = preemption.last_step(metrics_path)  # this attempt's own records, before they join the earlier ones
     _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
     failure: failures.Failure | None = None
-    last, saved = preemption.last_step(metrics_path), attempts.latest_checkpoint(ctx.root, cfg.run_name)
+    saved = attempts.latest_checkpoint(ctx.root, cfg.run_name)
     with _log_lines(specs[0].log, outcome, 0) as lines:
         stopped = preemption.stop(notice, outcome.ended_at, last, resume_step, saved, lines)
     if stopped is not None:
@@ -225,7 +229,14 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
             _survive(
                 unrecorded,
                 "the metrics summary",
-                lambda: summary.summarize(metrics.read(metrics_path), peaks, cfg.checkpoint.every, starts),
+                lambda: summary.summarize(
+                    metrics.read(metrics_path),
+                    peaks,
+                    cfg.checkpoint.every,
+                    starts,
+                    events.per_attempt(run, attempts.ATTEMPTS),
+                    cfg.train.steps,
+                ),
             )
             or {}
         )
@@ -251,11 +262,11 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     _survive(unrecorded, rundir.MANIFEST, records.write_manifest, run, manifest)
     for problem in [e for e in outcome.log_errors if e] + unrecorded:
         print(f"moekit: warning: {problem}", file=sys.stderr)
-    if record.steady:
+    if stats.get("steps"):
         print(summary.format_summary(stats, cfg.hardware.name, cfg.hardware.peak_source))
     if cfg.profile.enabled:
-        first = cfg.profile.skip_steps + (resume_step or 0)
-        print(profile.report_run(run, first, cfg.profile.steps, record.provenance))
+        first = cfg.profile.skip_steps + (0 if resume_step is None else resume_step + 1)  # MaxText's start step
+        print(profile.report_run(run, first, cfg.profile.steps, record.provenance, stats.get("counted_steps")))
     if failure is None:
         print(f"moekit: run directory {run}")
         return 0
@@ -304,6 +315,7 @@ def _specs(ctx: _Run, job: jobmod.Job, names: list[str]) -> list[launch.ProcessS
         argv, secret_env = worker.hide_secrets(job.argv(pid), secret_keys)
         env = ctx.environ | job.env_dict | penv | secret_env | {worker.LAUNCHER_PID: str(os.getpid())}
         env |= {worker.STACKS: str(ctx.run / jobmod.per_process(watchdog.STACKS, pid))}
+        env |= {events.ENV: str(ctx.run / jobmod.per_process(events.FILE, pid))}
         env |= {worker.PREEMPTIBLE: "1"} if ctx.cfg.checkpoint.every else {}
         specs.append(launch.ProcessSpec(argv, env, log))
     return specs
@@ -316,6 +328,7 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
     tty = sys.stdout.isatty()
     cfg, phase, steps = ctx.cfg, ctx.phase, ctx.cfg.train.steps
     watch = watchdog.Watchdog(cfg.run.stall_timeout_s, started)
+    pace = progress.Pace()
 
     def on_line(line: str) -> None:
         for p in progress.parse_phase(line):
@@ -323,7 +336,8 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
         s = progress.parse(line)
         if s is not None:
             watch.step_done()
-            text = progress.format_progress(s, steps, time.monotonic() - started)
+            pace.add(s)
+            text = progress.format_progress(s, steps, time.monotonic() - started, pace)
             print(("\r" + text) if tty else text, end="" if tty else "\n", flush=True)
 
     phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")

@@ -74,7 +74,7 @@ class Stop:
     signal_to_exit_s: float | None
     """None when the workers got the signal from elsewhere (moekit saw only MaxText's stop line)."""
     last_step: int | None
-    """The last step this attempt finished (its metrics, or the checkpoint it saved when that is later)."""
+    """The last step this attempt's metrics record (the records only: a step without one is not counted)."""
     checkpoint_step: int | None
     """The newest committed checkpoint after the attempt (the next attempt resumes after it)."""
     saved: bool
@@ -82,10 +82,10 @@ class Stop:
 
     @property
     def steps_lost(self) -> int | None:
-        """Finished steps that the next attempt runs again."""
+        """Recorded steps that the next attempt runs again: those after the checkpoint it resumes from."""
         if self.last_step is None:
             return None
-        return self.last_step - (self.checkpoint_step if self.checkpoint_step is not None else -1)
+        return max(0, self.last_step - (self.checkpoint_step if self.checkpoint_step is not None else -1))
 
     def failure(self, returncode: int) -> failures.Failure:
         """The attempt as a `preempted` failure with exit status `returncode`; its evidence names the signal, the
@@ -131,10 +131,7 @@ def stop(
     output; a scheduler may signal the workers directly). `before`/`after`: the newest checkpoint step when
     the attempt started and when it ended."""
     saved = after is not None and after != before
-    if saved and (last_step is None or last_step < after):
-        # MaxText writes a step's metrics once the next step has run: the step it saved at and stopped after
-        # has none, but it was trained (the checkpoint holds it).
-        last_step = after
+    # last_step is what the records hold: the step saved at a preemption has its record (moekit.step_events).
     told = notice.signum is not None and notice.at is not None
     if told and (ended_at is None or notice.at <= ended_at):
         took = (ended_at or notice.at) - notice.at

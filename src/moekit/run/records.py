@@ -153,8 +153,8 @@ class Summary:
 
     @property
     def steady(self) -> bool:
-        """Whether the run reached steady-state steps (the statistics are there)."""
-        return bool(self.stats.get("steady_steps"))
+        """Whether the run has steady-state numbers (enough steady steps: observe/steady.py)."""
+        return bool(self.stats.get("step_time_s"))
 
 
 def write_summary(run: Path, summary: Summary) -> None:

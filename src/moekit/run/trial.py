@@ -83,7 +83,7 @@ def run(
     stats, provenance = recorded.stats, recorded.provenance or {}
     if not recorded.steady and (run_dir / rundir.METRICS).is_file():
         stats = _summarize_partial(run_dir)  # stopped before moekit summarized: use the steps it logged
-    if stats.get("steady_steps"):
+    if stats.get("step_time_s"):  # enough steady steps for a number (observe/steady.py)
         result |= {
             "steps": stats["steps"],
             "step_time_s": stats["step_time_s"]["median"],

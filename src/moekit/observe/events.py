@@ -1,0 +1,88 @@
+"""The run's own record of what happened when: events.jsonl, written by each training process (moekit.step_events).
+
+One JSON object per line, wall-clock seconds (time.time() of the process that wrote it):
+
+    {"event": "start", "t": ...}                           the process started (an attempt begins)
+    {"event": "step_end", "step": s, "t": ...}             MaxText stamped step s done (its step time ends here)
+    {"event": "save", "step": s, "start": ..., "end": ...}  a checkpoint save of step s (blocking part)
+    {"event": "restore", "start": ..., "end": ...}         a checkpoint restore
+    {"event": "compile", "start": ..., "end": ...}         an XLA compilation (jax.monitoring's duration)
+    {"event": "trace_start" | "trace_stop", "t": ...}      the profiler started or stopped tracing
+    {"event": "stop", "step": s, "t": ...}                 the process stopped at step s for a preemption notice
+
+Process i writes events.jsonl (i = 0) or events.<i>.jsonl, beside its metrics file; each attempt's file moves to
+attempts/<n>/ with its metrics (run/attempts.py). This module reads them; observe/steady.py judges steps by them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+FILE = "events.jsonl"
+ENV = "MOEKIT_EVENTS"  # the file a training process appends its events to
+
+START, STEP_END, SAVE, RESTORE, COMPILE = "start", "step_end", "save", "restore", "compile"
+TRACE_START, TRACE_STOP, STOP = "trace_start", "trace_stop", "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Events:
+    """One attempt's events of one process."""
+
+    step_end: dict[int, float]
+    """step -> wall time MaxText stamped it done (the last stamp when a step ran twice in one attempt)."""
+    intervals: list[tuple[str, float, float, int | None]]
+    """(kind, start, end, step or None) of saves, restores, compilations; trace edges as zero-length intervals."""
+    stopped_at: int | None = None
+    """The step a preemption notice stopped this attempt at."""
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the attempt recorded step stamps (runs made before moekit recorded events have none)."""
+        return bool(self.step_end)
+
+
+def parse(lines: list[str]) -> Events:
+    """Events from the lines of an events file; a line cut off by a kill (or otherwise unreadable) is skipped."""
+    ends: dict[int, float] = {}
+    spans: list[tuple[str, float, float, int | None]] = []
+    stopped = None
+    for line in lines:
+        try:
+            e = json.loads(line)
+            kind = e["event"]
+            if kind == STEP_END:
+                ends[int(e["step"])] = float(e["t"])
+            elif kind in (SAVE, RESTORE, COMPILE):
+                step = e.get("step")
+                spans.append((kind, float(e["start"]), float(e["end"]), None if step is None else int(step)))
+            elif kind in (TRACE_START, TRACE_STOP):
+                spans.append((kind, float(e["t"]), float(e["t"]), None))
+            elif kind == STOP:
+                stopped = int(e["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return Events(ends, spans, stopped)
+
+
+def read(path: Path) -> Events:
+    """The events of one file; empty when there is none (a run made before moekit recorded events)."""
+    try:
+        text = path.read_text(encoding="utf8", errors="replace")
+    except OSError:
+        return Events({}, [])
+    return parse(text.splitlines())
+
+
+def per_attempt(run: Path, attempts_dir: str = "attempts") -> dict[int, Events]:
+    """attempt number -> process 0's events: attempts/<n>/events.jsonl for the earlier attempts, the run
+    directory's own file for the last one (numbered after the earlier ones, as run/attempts.merge_metrics does)."""
+    folder = run / attempts_dir
+    earlier = sorted(
+        (int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()) if folder.is_dir() else []
+    )
+    out = {n: read(folder / str(n) / FILE) for n in earlier}
+    out[(earlier[-1] if earlier else 0) + 1] = read(run / FILE)
+    return out

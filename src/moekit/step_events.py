@@ -1,0 +1,140 @@
+"""Inside a training process: record when saves, restores, compilations, trace edges and step ends happened
+(observe/events.py describes the file), and keep the step a preemption saved at in the metrics.
+
+MaxText stamps a step done right after dispatching it, then saves a checkpoint of it, then logs the metrics of
+the step before; so a save is paid by the next step's time, and a step's time is only its own work while the
+device pipeline is full. The summary (observe/steady.py) needs to know which step windows such events fell in:
+these wrappers around MaxText's own functions write them down as they happen, with wall-clock times.
+
+MaxText 0.2.5 stops for a preemption notice from inside the save of step s, before it logs step s's metrics:
+the step is trained and checkpointed, yet has no metrics record, and the next attempt starts at s + 1. The stop
+is held back here until step s's metrics are queued, so MaxText's own flush on the way out writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from typing import Any
+
+from moekit.observe import events as ev
+
+_lock = threading.Lock()
+_file = None
+_pending_stop: BaseException | None = None
+
+
+def _emit(record: dict[str, Any]) -> None:
+    if _file is None:
+        return
+    with _lock:
+        _file.write(json.dumps(record) + "\n")
+        _file.flush()
+
+
+def install(environ: dict[str, str]) -> None:
+    """Open the events file the launcher named (MOEKIT_EVENTS) and wrap MaxText's save, restore, metrics and
+    profiler calls and JAX's compilations; nothing when no file is named (a worker started by hand)."""
+    global _file
+    path = environ.get(ev.ENV)
+    if not path:
+        return
+    _file = open(path, "a", encoding="utf8")  # noqa: SIM115 (open for the life of the process)
+    _emit({"event": ev.START, "t": time.time(), "pid": os.getpid()})
+    _watch_compilations()
+    _wrap_profiler()
+    try:
+        from maxtext.common import checkpointing, metric_logger
+        from maxtext.utils import exceptions
+    except ImportError:  # another trainer module: step stamps and saves are MaxText's
+        return
+    _wrap_checkpointing(checkpointing, exceptions.StopTraining)
+    _wrap_metric_logger(metric_logger.MetricLogger)
+
+
+def _watch_compilations() -> None:
+    import jax
+
+    def on_duration(event: str, duration: float, **_: Any) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            end = time.time()
+            _emit({"event": ev.COMPILE, "start": end - duration, "end": end})
+
+    jax.monitoring.register_event_duration_secs_listener(on_duration)
+
+
+def _wrap_profiler() -> None:
+    import jax.profiler
+
+    start, stop = jax.profiler.start_trace, jax.profiler.stop_trace
+
+    def start_trace(*args: Any, **kwargs: Any) -> Any:
+        _emit({"event": ev.TRACE_START, "t": time.time()})
+        return start(*args, **kwargs)
+
+    def stop_trace(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return stop(*args, **kwargs)
+        finally:
+            _emit({"event": ev.TRACE_STOP, "t": time.time()})
+
+    jax.profiler.start_trace, jax.profiler.stop_trace = start_trace, stop_trace
+
+
+def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) -> None:
+    maybe_save, save, restore = (
+        checkpointing.maybe_save_checkpoint,
+        checkpointing.save_checkpoint,
+        checkpointing.load_state_if_possible,
+    )
+    saving = threading.local()
+
+    def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        saving.did = True
+        return save(*args, **kwargs)
+
+    def maybe_save_checkpoint(manager, state, config, data_iterator, step=None):
+        global _pending_stop
+        if step is not None:  # called right after MaxText stamped `step` done, on every step
+            _emit({"event": ev.STEP_END, "step": int(step), "t": time.time()})
+        saving.did = False
+        began = time.time()
+        try:
+            return maybe_save(manager, state, config, data_iterator, step)
+        except stop_training as exc:
+            if step is None:
+                raise
+            _pending_stop = exc  # raised once this step's metrics are queued (metric logger below)
+            _emit({"event": ev.STOP, "step": int(step), "t": time.time()})
+            return None
+        finally:
+            if saving.did:
+                which = None if step is None else int(step)
+                _emit({"event": ev.SAVE, "step": which, "start": began, "end": time.time()})
+
+    def load_state_if_possible(*args: Any, **kwargs: Any) -> Any:
+        began = time.time()
+        try:
+            return restore(*args, **kwargs)
+        finally:
+            _emit({"event": ev.RESTORE, "start": began, "end": time.time()})
+
+    checkpointing.save_checkpoint = save_checkpoint
+    checkpointing.maybe_save_checkpoint = maybe_save_checkpoint
+    checkpointing.load_state_if_possible = load_state_if_possible
+
+
+def _wrap_metric_logger(logger_class: Any) -> None:
+    buffer = logger_class.buffer_and_write_metrics
+
+    def buffer_and_write_metrics(self, metrics, step, step_time_delta=None, is_training=True):
+        global _pending_stop
+        out = buffer(self, metrics, step, step_time_delta, is_training)
+        if is_training and _pending_stop is not None:
+            stop, _pending_stop = _pending_stop, None
+            raise stop  # MaxText's train loop ends here and flushes the queued metrics of this step
+        return out
+
+    logger_class.buffer_and_write_metrics = buffer_and_write_metrics
