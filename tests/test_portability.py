@@ -46,6 +46,7 @@ def _row(step, losses, tflops):
         "step_time_s": step,
         "losses": losses,
         "tflops_per_device": tflops,
+        "tokens_per_s_per_device": 4 * 4096 / step,
         "mfu_bf16": tflops / 989,
         "batch": [4, 4096],
         "versions": {"jax": "0"},
