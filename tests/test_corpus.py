@@ -141,6 +141,12 @@ def test_data_stdlib_composes_translates_and_is_checked():
         assert any(phrase in p for p in found), (overrides, found)
 
 
+def test_an_unwritable_cache_stops_before_the_corpus_is_read(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(text_shards.PrepareError, match="MOEKIT_CACHE_DIR=<a writable folder>"):
+        corpus.placed(compose("smoke", ["data=stdlib"]), {"MOEKIT_CACHE_DIR": str(tmp_path / "file" / "cache")})
+
+
 @pytest.fixture(scope="module")
 def stdlib_run(tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess]:
     """One real CPU training of experiment=smoke on data=stdlib (8 steps), its corpus prepared in a fresh cache."""

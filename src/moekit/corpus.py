@@ -107,8 +107,8 @@ def ensure(
         summary = text_shards.prepare(
             stdlib_files(), out, options, source=f"python stdlib ({stdlib_dir()})", extra=identity(), stream=stream
         )
-    except OSError:  # another process renamed its copy into place first: the same bytes
-        found = text_shards.read_summary(out)
+    except text_shards.PrepareError:
+        found = text_shards.read_summary(out)  # another process renamed its copy into place first: the same bytes
         if found is None:
             raise
         return out, found

@@ -230,12 +230,17 @@ def _sha256(path: Path) -> str:
 
 
 def check_out(out: Path) -> None:
-    """PrepareError unless `out` is a new folder whose parent can be written."""
+    """PrepareError unless `out` is a new folder that can be made (before any file is read)."""
     if out.exists():
         raise PrepareError(f"{out} already exists; choose another --out, or remove it to prepare again")
-    parent = out.parent if str(out.parent) else Path(".")
-    if parent.exists() and not os.access(parent, os.W_OK):
-        raise PrepareError(f"{parent} cannot be written; choose an --out where you can write")
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:  # the folder the missing ones will be made in
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise PrepareError(
+            f"{parent} is not a folder you can write; choose another --out (for data=stdlib: "
+            "MOEKIT_CACHE_DIR=<a writable folder>)"
+        )
 
 
 def prepare(
@@ -283,10 +288,10 @@ def prepare(
         chunk_bytes=options.chunk_bytes,
         extra=dict(extra or {}),
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         tmp.mkdir()
         write = _write_arrayrecord if options.format == "arrayrecord" else _write_parquet
         combined = hashlib.sha256()
@@ -307,6 +312,14 @@ def prepare(
         summary.sha256 = combined.hexdigest()
         (tmp / MANIFEST).write_text(json.dumps(summary.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf8")
         os.rename(tmp, out)  # atomic: the folder is whole or absent (a rival writer of the same folder: one wins)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if out.exists():  # another writer renamed its copy into place first
+            raise PrepareError(f"{out} already exists (written by another process meanwhile)") from None
+        raise PrepareError(
+            f"cannot write the shards into {out} ({exc.strerror or exc}); choose a folder you can write "
+            "(for data=stdlib: MOEKIT_CACHE_DIR=<a writable folder>)"
+        ) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
