@@ -175,7 +175,7 @@ def test_smoke_trains_on_the_stdlib_corpus_and_records_it(stdlib_run):
     assert record == json.loads(prepared[0].read_text())
     assert record["extra"]["python"] == ".".join(map(str, sys.version_info[:3]))
     assert record["files"] == len(corpus.stdlib_files()) and record["tokens"] > 1_000_000
-    assert f"sha256 {record['sha256'][:16]}" in proc.stdout
+    assert f"sha256 {record['sha256'][:16]}" in proc.stdout and "preparing the stdlib corpus" in proc.stdout
     args = json.loads((run / "job.json").read_text())["maxtext_args"]
     assert f"grain_train_files='{prepared[0].parent}/*.arrayrecord'" in args
     loss = losses(run)
@@ -224,14 +224,46 @@ def test_only_twins_that_differ_in_precision_are_compared():
     assert any(r.startswith("moe.") for r in loss_gap.not_comparable(other, bf16, ident, ident))
 
 
-@pytest.mark.integration
-def test_the_loss_gap_tool_refuses_a_run_against_itself(stdlib_run):
-    run, _, proc = stdlib_run
+@pytest.fixture(scope="module")
+def fp32_twin(stdlib_run) -> Path:
+    """stdlib_run's twin in fp32 (the same seed, data, steps and batch), trained after it from the same cache."""
+    run, cache, proc = stdlib_run
     assert proc.returncode == 0
-    tool = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "loss_gap.py"), str(run), str(run)],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    twin = run.parent / "fp32"
+    again = moekit(
+        "train",
+        "experiment=smoke",
+        "data=stdlib",
+        "precision=fp32",
+        "train.steps=8",
+        "train.learning_rate=1e-3",
+        f"run.dir={twin}",
+        env={"MOEKIT_CACHE_DIR": str(cache)},
+        timeout=900,
     )
-    assert tool.returncode == 2 and "the same precision: nothing to compare" in tool.stderr, tool.stderr
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "preparing the stdlib corpus" not in again.stdout  # read from the cache
+    return twin
+
+
+def gap_tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "loss_gap.py"), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.integration
+def test_the_loss_gap_tool_on_real_twins_and_its_refusal(stdlib_run, fp32_twin, tmp_path):
+    run = stdlib_run[0]
+    same = gap_tool(str(run), str(run))
+    assert same.returncode == 2 and "the same precision: nothing to compare" in same.stderr, same.stderr
+    tool = gap_tool(str(fp32_twin), str(run), "--out", str(tmp_path / "gap.json"))
+    assert tool.returncode in (0, 1), tool.stdout + tool.stderr
+    record = json.loads((tmp_path / "gap.json").read_text())
+    assert record["steps"] == 8 and record["window_steps"] == [6, 7]  # the last 20%: 2 of 8 steps
+    cand, ref = losses(fp32_twin), losses(run)
+    expected = sum((cand[i] - ref[i]) / ref[i] for i in (6, 7)) / 2
+    assert record["mean_relative_gap"] == pytest.approx(expected) and record["meets_goal"] == (abs(expected) <= 0.01)
+    assert record["candidate"]["corpus"]["sha256"] == record["reference"]["corpus"]["sha256"]
+    assert record["candidate"]["versions"]["maxtext"] and "precision=fp32" in record["candidate"]["overrides"]
+    assert f"{expected:+.2%}" in tool.stdout

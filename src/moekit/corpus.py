@@ -127,6 +127,13 @@ def placed(
     return cfg.model_copy(update={"data": cfg.data.model_copy(update={"files": files})}), record
 
 
+def ready(cfg: Config, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this machine's cache holds the config's corpus already."""
+    if not cfg.data.corpus:
+        return True
+    return text_shards.read_summary(cache_folder(cfg.data.corpus, options_of(cfg), environ)) is not None
+
+
 def located(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:
     """`cfg` with data.files where its corpus is (or will be) prepared, preparing nothing (--dry-run)."""
     if not cfg.data.corpus:

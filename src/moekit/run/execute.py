@@ -80,7 +80,7 @@ def train(
     """
     environ = dict(environ if environ is not None else os.environ)
     phase = phase or progress.Phases()
-    if cfg.data.corpus:
+    if cfg.data.corpus and not corpus.ready(cfg, environ):
         phase(f"preparing the {cfg.data.corpus} corpus (once per machine)")
     cfg, corpus_record = corpus.placed(cfg, environ)  # data.corpus: its shards, prepared here when missing
     now = datetime.now(UTC)
