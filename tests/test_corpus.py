@@ -109,6 +109,16 @@ def test_the_command_prints_a_summary_and_refuses_with_exit_2(tmp_path, capsys):
     assert not (tmp_path / "o3").exists() and not list(tmp_path.glob(".o3.tmp-*"))  # nothing half-written
 
 
+def test_a_corpus_may_leave_out_a_file_in_another_encoding_and_names_it(tmp_path):
+    src = tree(tmp_path / "src")
+    (src / "latin.py").write_bytes(b"# caf\xe9\n")
+    files = text_shards.source_files(src)
+    with pytest.raises(text_shards.PrepareError, match="latin.py is not UTF-8"):
+        text_shards.prepare(files, tmp_path / "strict")
+    kept = text_shards.prepare(files, tmp_path / "out", skip_undecodable=True)
+    assert kept.skipped == [str(src / "latin.py")] and kept.files == 3
+
+
 # ---- the stdlib corpus as a data option ----
 
 
@@ -175,7 +185,7 @@ def test_smoke_trains_on_the_stdlib_corpus_and_records_it(stdlib_run):
     assert record == json.loads(prepared[0].read_text())
     assert record["extra"]["python"] == ".".join(map(str, sys.version_info[:3]))
     assert record["files"] == len(corpus.stdlib_files()) and record["tokens"] > 1_000_000
-    assert f"sha256 {record['sha256'][:16]}" in proc.stdout and "preparing the stdlib corpus" in proc.stdout
+    assert f"sha256 {record['sha256'][:16]}" in proc.stdout and "preparing the stdlib corpus" in proc.stderr
     args = json.loads((run / "job.json").read_text())["maxtext_args"]
     assert f"grain_train_files='{prepared[0].parent}/*.arrayrecord'" in args
     loss = losses(run)
@@ -242,7 +252,7 @@ def fp32_twin(stdlib_run) -> Path:
         timeout=900,
     )
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "preparing the stdlib corpus" not in again.stdout  # read from the cache
+    assert "moekit: corpus python stdlib" in again.stdout and "preparing" not in again.stderr  # read from the cache
     return twin
 
 

@@ -105,7 +105,13 @@ def ensure(
         )
     try:
         summary = text_shards.prepare(
-            stdlib_files(), out, options, source=f"python stdlib ({stdlib_dir()})", extra=identity(), stream=stream
+            stdlib_files(),
+            out,
+            options,
+            source=f"python stdlib ({stdlib_dir()})",
+            extra=identity(),
+            stream=stream,
+            skip_undecodable=True,  # a stdlib file in another encoding is left out (and named), not fatal
         )
     except text_shards.PrepareError:
         found = text_shards.read_summary(out)  # another process renamed its copy into place first: the same bytes

@@ -73,6 +73,8 @@ class Summary:
     """sha256 over the shards' names and digests: one value that names the whole corpus."""
     extra: dict = field(default_factory=dict)
     """What the caller adds to the identity (the stdlib corpus: the Python it came from)."""
+    skipped: list[str] = field(default_factory=list)
+    """Files left out because they are not UTF-8 text (only where the caller allows it: the stdlib corpus)."""
 
     def to_dict(self) -> dict:
         """The corpus.json record."""
@@ -92,6 +94,7 @@ class Summary:
             f"{self.format} shards{took}\n  at {out} (sha256 {self.sha256[:16]})\n"
             f"  train on it: moekit train experiment=smoke {data} data.files='{self.glob(out)}'"
             + (f" data.tokenizer={self.tokenizer}" if self.tokenizer != TOKENIZER else "")
+            + (f" data.tokenizer_type={self.tokenizer_type}" if self.tokenizer_type != "sentencepiece" else "")
         )
 
 
@@ -191,7 +194,7 @@ class Progress:
         elapsed = time.monotonic() - self.start
         if self.tty:
             bar = "#" * int(frac * 30)
-            self.stream.write(f"\r[{bar:<30}] {done}/{self.total} {self.what}  {note}  {elapsed:.0f} s")
+            self.stream.write(f"\r[{bar:<30}] {done}/{self.total} {self.what}  {note}  {elapsed:.0f} s\x1b[K")
             if done >= self.total:
                 self.stream.write("\n")
         elif int(frac * 10) > self.shown:
@@ -250,11 +253,12 @@ def prepare(
     source: str = "",
     extra: dict | None = None,
     stream: TextIO | None = None,
-    name: Callable[[Path], str] = str,
+    skip_undecodable: bool = False,
 ) -> Summary:
     """Write `files` as shards into the new folder `out` (atomically) and return what was written.
 
-    `name` gives each file's name in error messages; `source` and `extra` go into corpus.json as given.
+    `source` and `extra` go into corpus.json as given. A file that is not UTF-8 stops the preparation, or with
+    `skip_undecodable` is left out and named in corpus.json's `skipped`.
     """
     if options.format not in FORMATS:
         raise PrepareError(f"--format {options.format}: one of {', '.join(FORMATS)}")
@@ -263,10 +267,17 @@ def prepare(
     check_out(out)
     count, vocab, _ = token_counter(options.tokenizer, options.tokenizer_type)
     docs: list[str] = []
+    skipped: list[str] = []
     total_bytes = tokens = 0
     bar = Progress(len(files), "files", stream)
     for i, path in enumerate(files, 1):
-        text = read_text(path)
+        try:
+            text = read_text(path)
+        except PrepareError:
+            if not skip_undecodable or not path.is_file():
+                raise
+            skipped.append(str(path))
+            continue
         total_bytes += len(text.encode("utf-8"))
         pieces = chunks(text, options.chunk_bytes)
         tokens += sum(count(pieces)) if pieces else 0
@@ -277,7 +288,7 @@ def prepare(
     shards = min(options.shards, len(docs))
     summary = Summary(
         source=source,
-        files=len(files),
+        files=len(files) - len(skipped),
         bytes=total_bytes,
         documents=len(docs),
         tokens=tokens,
@@ -287,6 +298,7 @@ def prepare(
         format=options.format,
         chunk_bytes=options.chunk_bytes,
         extra=dict(extra or {}),
+        skipped=skipped,
     )
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)

@@ -69,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         out, extra = args.out, {}
         files = text_shards.source_files(args.src, [s.strip() for s in args.suffix.split(",") if s.strip()])
         source = str(args.src.resolve())
-    summary = text_shards.prepare(files, out.absolute(), options, source=source, extra=extra)
+    summary = text_shards.prepare(
+        files, out.absolute(), options, source=source, extra=extra, skip_undecodable=args.stdlib
+    )
     print(summary.text(out.absolute(), time.monotonic() - start))
     return 0
