@@ -151,6 +151,16 @@ def test_data_stdlib_composes_translates_and_is_checked():
         assert any(phrase in p for p in found), (overrides, found)
 
 
+def test_a_dry_run_before_the_first_run_shows_where_the_corpus_will_be(tmp_path):
+    cfg = corpus.located(compose("smoke", ["data=stdlib"]), {"MOEKIT_CACHE_DIR": str(tmp_path)})
+    found, seen = data_preflight.problems(cfg)
+    assert found == [] and seen.files == [] and seen.vocab == 32000
+    assert f"the stdlib corpus (prepared when the run starts: {tmp_path}/corpus/" in data_preflight.found_text(
+        cfg, seen
+    )
+    assert not corpus.ready(cfg, {"MOEKIT_CACHE_DIR": str(tmp_path)}) and not (tmp_path / "corpus").exists()
+
+
 def test_an_unwritable_cache_stops_before_the_corpus_is_read(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(text_shards.PrepareError, match="MOEKIT_CACHE_DIR=<a writable folder>"):
