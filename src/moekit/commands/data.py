@@ -73,4 +73,6 @@ def run(args: argparse.Namespace) -> int:
         files, out.absolute(), options, source=source, extra=extra, skip_undecodable=args.stdlib
     )
     print(summary.text(out.absolute(), time.monotonic() - start))
+    if args.stdlib and args.out is None:
+        print("  or: moekit train experiment=smoke data=stdlib (reads it from this cache)")
     return 0
