@@ -38,7 +38,7 @@ LEFT_OUT = frozenset(
     }
 )
 BUILD_SPECIFIC = ("_sysconfigdata", "LICENSE.txt")  # the build's own values; the license sits elsewhere on Debian
-BUDGET = 32 * 2**20  # bytes of source text at most (3.12's selection is about 11.7 MB)
+BUDGET = 32 * 2**20  # bytes of source text at most (CPython 3.12.1 gives 513 files, 10.0 MB: all of them)
 CORPORA = ("stdlib",)
 
 
