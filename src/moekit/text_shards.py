@@ -32,6 +32,7 @@ TOKENIZER = "tokenizer.llama2"  # shipped with MaxText; 32,000 tokens fit every 
 CHUNK_BYTES = 4096
 SHARDS = 8
 COLUMN = "text"
+SMOKE_VOCAB = 129_280  # experiment=smoke's model (deepseek3-tiny): the command the summary suggests must fit it
 
 
 class PrepareError(MoekitError):
@@ -87,14 +88,18 @@ class Summary:
     def text(self, out: Path, seconds: float | None = None) -> str:
         """The summary a person reads: what went in, what came out, where, and how to train on it."""
         took = f" in {seconds:.0f} s" if seconds is not None else ""
-        data = "data=grain" + ("" if self.format == "arrayrecord" else " data.format=parquet")
+        if self.format == "parquet" and self.tokenizer_type == "huggingface":  # MaxText's Hugging Face pipeline
+            data = f"data=hf data.tokenizer={self.tokenizer}"
+        else:
+            data = "data=grain" + ("" if self.format == "arrayrecord" else " data.format=parquet")
+            data += f" data.tokenizer={self.tokenizer}" if self.tokenizer != TOKENIZER else ""
+            data += f" data.tokenizer_type={self.tokenizer_type}" if self.tokenizer_type != "sentencepiece" else ""
+        fit = f" model.extra.vocab_size={-(-self.vocab // 128) * 128}" if self.vocab > SMOKE_VOCAB else ""
         return (
             f"prepared {self.files:,} files ({self.bytes / 1e6:.1f} MB) -> {self.documents:,} documents, "
             f"{self.tokens:,} tokens ({self.tokenizer}, {self.vocab:,}-token vocabulary) in {len(self.shards)} "
             f"{self.format} shards{took}\n  at {out} (sha256 {self.sha256[:16]})\n"
-            f"  train on it: moekit train experiment=smoke {data} data.files='{self.glob(out)}'"
-            + (f" data.tokenizer={self.tokenizer}" if self.tokenizer != TOKENIZER else "")
-            + (f" data.tokenizer_type={self.tokenizer_type}" if self.tokenizer_type != "sentencepiece" else "")
+            f"  train on it: moekit train experiment=smoke {data} data.files='{self.glob(out)}'{fit}"
         )
 
 
