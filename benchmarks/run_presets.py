@@ -33,7 +33,7 @@ from moekit import tuning  # noqa: E402
 from moekit.config.checks import ensure_valid  # noqa: E402
 from moekit.config.compose import compose  # noqa: E402
 from moekit.config.sweeps import expand  # noqa: E402
-from moekit.observe import compare  # noqa: E402
+from moekit.observe import compare, loss_gap  # noqa: E402
 from moekit.run import trial  # noqa: E402
 
 EXPERIMENT = "dsv3_proxy_h200"
@@ -60,6 +60,14 @@ PRESETS: dict[str, tuple[list[str], str]] = {
         ["moe=te_gmm", "precision=fp8", "train.steps=50"],
         "moe=te_gmm + FP8 current scaling on the expert (TE grouped) and dense GEMMs; 50 steps",
     ),
+    "te_gmm_text": (
+        ["moe=te_gmm", "data=stdlib", "train.steps=300"],
+        "moe=te_gmm bf16 on real text (data=stdlib: the Python stdlib corpus), 300 steps: the FP8 text row's twin",
+    ),
+    "te_gmm_fp8_text": (
+        ["moe=te_gmm", "precision=fp8", "data=stdlib", "train.steps=300"],
+        "moe=te_gmm + FP8 (expert and dense GEMMs) on real text (data=stdlib), 300 steps",
+    ),
     "te_gmm_minimal": (
         ["moe=te_gmm", "memory=remat_minimal"],
         "moe=te_gmm, MaxText remat_policy=minimal (keeps the matmul outputs: less recompute, more memory)",
@@ -76,6 +84,7 @@ PRESETS: dict[str, tuple[list[str], str]] = {
 # A quantized preset -> the bf16 preset of the same path: its loss gap is reported (it changes the arithmetic).
 BF16_TWIN = {
     "te_gmm_fp8": "te_gmm",
+    "te_gmm_fp8_text": "te_gmm_text",
     "te_gmm_fp8_dense": "te_gmm",
     "te_gmm_fp8_dense_minimal": "te_gmm_minimal",
     "tokamax_fp8": "tokamax",
@@ -242,12 +251,21 @@ def loss_gaps(results: dict) -> list[str]:
         n = len(q["losses"])
         diffs = [qi - bi for qi, bi in zip(q["losses"][:n], b["losses"][:n], strict=True)]
         last = diffs[-min(10, n) :]
-        lines.append(
+        line = (
             f"- `{name}` vs its bf16 twin `{twin}` over {n} steps: final loss {q['losses'][n - 1]:.4f} vs "
             f"{b['losses'][n - 1]:.4f} ({diffs[-1]:+.4f}, {diffs[-1] / b['losses'][n - 1]:+.2%}); max |gap| "
             f"{max(map(abs, diffs)):.4f} (step {max(range(n), key=lambda i: abs(diffs[i])) + 1}); mean gap over the "
             f"last {len(last)} steps {sum(last) / len(last):+.4f}"
         )
+        try:  # the FP8 rule (docs/metrics.md): mean relative gap over the last 20% of the steps
+            g = loss_gap.loss_gap(q["losses"], b["losses"])
+            line += (
+                f"; mean relative gap over steps {g.window_steps[0]}..{g.window_steps[1]} "
+                f"{g.mean_relative_gap:+.2%} ({'meets' if g.meets_goal else '**misses**'} |gap| <= {g.goal:.0%})"
+            )
+        except ValueError as exc:  # too few steps, or a loss that is not finite
+            line += f"; no relative gap: {exc}"
+        lines.append(line)
     return lines
 
 

@@ -65,3 +65,21 @@ def test_table_reports_the_loss_check_and_the_fp8_gap(tmp_path):
     (tmp_path / "presets.json").write_text(json.dumps(results))
     merged = run_presets.merged([tmp_path / "presets.json"])
     assert set(merged["presets"]) == {"dense", "te_gmm", "te_gmm_fp8", "tokamax", "te_gmm_fp8_dense"}
+
+
+def test_the_fp8_text_rows_are_twins_on_the_stdlib_corpus_and_the_table_applies_the_gap_rule():
+    rows = {
+        n: compose([f"experiment={run_presets.EXPERIMENT}", *run_presets.PRESETS[n][0]])
+        for n in ("te_gmm_text", "te_gmm_fp8_text")
+    }
+    assert run_presets.BF16_TWIN["te_gmm_fp8_text"] == "te_gmm_text"
+    assert all(c.data.corpus == "stdlib" and c.train.steps == 300 and c.moe.backend == "te_gmm" for c in rows.values())
+    assert (rows["te_gmm_text"].precision.name, rows["te_gmm_fp8_text"].precision.name) == ("bf16", "fp8")
+    ref = [10.0 - 0.5 * i for i in range(10)]
+    results = {
+        "experiment": run_presets.EXPERIMENT,
+        "reference": run_presets.REFERENCE,
+        "presets": {"te_gmm_text": result(ref), "te_gmm_fp8_text": result([x * 1.02 for x in ref])},
+    }
+    gap = next(line for line in run_presets.table(results).splitlines() if line.startswith("- `te_gmm_fp8_text`"))
+    assert "mean relative gap over steps 8..9 +2.00% (**misses** |gap| <= 1%)" in gap

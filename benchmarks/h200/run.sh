@@ -8,6 +8,8 @@
 #   DEADLINE_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm,dense verify:<args file>
 #   bash benchmarks/h200/run.sh portability:qwen3,mixtral   portability:dsv2_lite/dense   (benchmarks/run_portability.py)
 #   bash benchmarks/h200/run.sh profile:tokamax,dense   profile:te_gmm:moe=te_gmm   (step-time breakdowns)
+#   PRESET_TIMEOUT_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm_text   (then, in a second call:)
+#   PRESET_TIMEOUT_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm_fp8_text lossgap:te_gmm_fp8_text,te_gmm_text
 # DEADLINE_S: a phase that would start with less than 45 s left is skipped, and none runs past the deadline.
 # Needs: .whl/ (git-ignored, carried): the wheels of benchmarks/h200/wheels.txt (benchmarks/h200/README.md says how
 # to get them); benchmarks/h200/stubs/ holds the xprof stand-in tokamax imports.
@@ -100,12 +102,22 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
     presets)
       # One /tmp/presets/presets.json per session: later phases (and calls) add their presets to it.
       # PRESETS_REFERENCE: the row the loss check compares with (run_presets.py's default: dense)
-      timeout -s INT "$(bound "${PRESETS_TIMEOUT:-540}")" python3 benchmarks/run_presets.py --out /tmp/presets \
+      # PRESETS_EXPERIMENT: another experiment (smoke rehearses on a CPU machine); PRESETS_DIR: another folder (one
+      # per experiment: the rows' folders are named after the rows)
+      pdir=${PRESETS_DIR:-/tmp/presets}
+      timeout -s INT "$(bound "${PRESETS_TIMEOUT:-540}")" python3 benchmarks/run_presets.py --out "$pdir" \
         --presets "$arg" --append --steps ${STEPS:-10} ${PRESETS_REFERENCE:+--reference "$PRESETS_REFERENCE"} \
+        ${PRESETS_EXPERIMENT:+--experiment "$PRESETS_EXPERIMENT"} \
         --timeout-s ${PRESET_TIMEOUT_S:-150} >> "$OUT/presets.txt" 2>&1; log "presets rc=$?"
-      cp /tmp/presets/presets.json "$OUT/" 2>/dev/null
+      cp "$pdir/presets.json" "$OUT/" 2>/dev/null
       tar czf "$OUT/presets_runs.tgz" --exclude='*/profile/trace' --exclude='*/profile/hlo' --exclude='*/tensorboard' \
-        -C /tmp presets 2>/dev/null ;;
+        --exclude='*/checkpoints' -C "$(dirname "$pdir")" "$(basename "$pdir")" 2>/dev/null ;;
+    lossgap)
+      # $arg: CANDIDATE,REFERENCE: two rows of earlier presets phases in ${PRESETS_DIR:-/tmp/presets} (the FP8 row and
+      # its bf16 twin): the mean relative loss gap over the last 20% of the steps (docs/metrics.md), with provenance
+      pdir=${PRESETS_DIR:-/tmp/presets}; cand=${arg%%,*}; ref=${arg#*,}
+      python3 benchmarks/loss_gap.py "$pdir/$cand" "$pdir/$ref" --out "$OUT/loss_gap_${cand}.json" \
+        >> "$OUT/loss_gap.txt" 2>&1; log "loss gap rc=$? (0: meets the goal, 1: misses it, 2: not comparable)" ;;
     profile)
       # $arg: presets to train with profile=on (names from run_presets.py, or NAME:OVERRIDE+OVERRIDE). The first
       # one is also trained untraced (PROFILE_BASELINE= for none, or another name): the overhead reference.

@@ -100,6 +100,8 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
         if pattern.startswith(REMOTE):
             continue
         matched = sorted(glob.glob(os.path.expanduser(pattern)))
+        if not matched and d.corpus:  # --dry-run before the first run on this host: the run prepares them
+            continue
         if not matched:
             out.append(
                 Problem(
@@ -177,7 +179,12 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
 
 def found_text(cfg: Config, found: Found) -> str:
     """What the data check saw, one line (printed before launch)."""
-    files = f"{len(found.files)} {cfg.data.format} file(s)" if found.files else "remote files (not checked here)"
+    if found.files:
+        files = f"{len(found.files)} {cfg.data.format} file(s)"
+    elif cfg.data.corpus:
+        files = f"the {cfg.data.corpus} corpus (prepared when the run starts: {cfg.data.files})"
+    else:
+        files = "remote files (not checked here)"
     tokens = f"{found.vocab:,} tokens" if found.vocab is not None else "?"
     name = Path(found.tokenizer_path).name if found.tokenizer_path else "?"
     return f"data: {files}, column {cfg.data.column!r}; tokenizer {name} ({tokens})"

@@ -16,12 +16,26 @@ FORMATS = {"hf": ("parquet", "json", "arrow"), "grain": ("arrayrecord", "parquet
 
 @check
 def data_source_complete(cfg: Config) -> Iterator[Problem]:
-    """A file-reading pipeline has its files, a format it reads and a tokenizer MaxText loads the way it is
-    configured; the hf pipeline takes at most 1 worker."""
+    """A file-reading pipeline has its files (or a corpus moekit prepares), a format it reads and a tokenizer MaxText
+    loads the way it is configured; the hf pipeline takes at most 1 worker and reads its files once."""
     d = cfg.data
+    if d.corpus and (d.dataset_type not in FORMATS or d.format not in ("arrayrecord", "parquet")):
+        yield Problem(
+            "data.corpus",
+            f"data.corpus={d.corpus} is prepared as arrayrecord or parquet shards for data=grain or hf; "
+            f"dataset_type={d.dataset_type} format={d.format} reads neither",
+            f"data={d.corpus} (Grain on ArrayRecord)",
+        )
+        return
     if d.dataset_type not in FORMATS:
         return
-    if not d.files:
+    if d.corpus and d.files:
+        yield Problem(
+            "data.files",
+            f"data.corpus={d.corpus} trains on the shards moekit prepares; data.files={d.files} would be ignored",
+            "drop data.files, or data.corpus=null to train on your files",
+        )
+    if not d.files and not d.corpus:
         yield Problem(
             "data.files",
             f"data={d.dataset_type} reads files, but data.files is not set",
@@ -48,6 +62,12 @@ def data_source_complete(cfg: Config) -> Iterator[Problem]:
             f"tokenizer_type={d.tokenizer_type} would be ignored",
             "data.tokenizer_type=huggingface with a Hugging Face tokenizer (qwen3-tokenizer), or data=grain for a "
             "SentencePiece or tiktoken file",
+        )
+    if d.dataset_type == "hf" and d.epochs > 1:
+        yield Problem(
+            "data.epochs",
+            f"MaxText's hf pipeline reads its files once (num_epoch=1); data.epochs={d.epochs}",
+            "data=grain (it repeats the data), or data.epochs=1 and enough files for train.steps",
         )
     if d.dataset_type == "hf" and d.workers > 1:
         yield Problem(

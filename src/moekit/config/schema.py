@@ -464,6 +464,11 @@ class Data(Section):
     """Grain worker processes per training process (grain_worker_count; the hf pipeline allows 0 or 1)."""
     shuffle: bool = True
     """Shuffle the records (enable_data_shuffling; seeded by train.seed)."""
+    corpus: Literal["stdlib"] | None = None
+    """A corpus moekit prepares on the training host with no download, then trains on (data.files is set to its
+    shards): stdlib, the running Python's standard library sources (data=stdlib; docs/adapting.md)."""
+    epochs: int = Field(1, ge=1)
+    """Passes over the data at most (MaxText num_epoch; grain only: the hf pipeline reads its files once)."""
 
 
 class Config(Section):

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from moekit import failures, redact, rundir, worker
+from moekit import corpus, failures, redact, rundir, worker
 from moekit import rendezvous as rz
 from moekit.config.schema import Config
 from moekit.observe import events, metrics, profile, progress, summary
@@ -33,6 +33,7 @@ from moekit.versions import versions
 
 # Inherited variables that change how a run behaves, recorded (redacted) in job.json for reproduction.
 RECORDED_ENV_PREFIXES = ("JAX_", "XLA_", "NCCL_", "NVTE_", "TF_", "CUDA_", "HF_", "MOEKIT_", "LIBTPU_")
+CORPUS = "corpus.json"  # the identity of the corpus a data.corpus run trained on (moekit.corpus)
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ def dry_run(cfg: Config, environ: dict[str, str] | None = None, fmt: str = "text
     """What `train` would launch (config, MaxText command, XLA flags, env, per-process env, host probes), as text
     or JSON, secrets redacted. Launches nothing; host probes that are fatal on the target host still raise."""
     environ = dict(environ if environ is not None else os.environ)
+    cfg = corpus.located(cfg, environ)  # where a data.corpus run will find its shards; prepares nothing
     names = view.secret_names(cfg)
     scrub = redact.Scrubber(redact.secret_values(environ, cfg.to_dict(), names))
     config_view = redact.redact_tree(cfg.to_dict(), names)
@@ -78,6 +80,9 @@ def train(
     """
     environ = dict(environ if environ is not None else os.environ)
     phase = phase or progress.Phases()
+    if cfg.data.corpus and not corpus.ready(cfg, environ):
+        phase(f"preparing the {cfg.data.corpus} corpus (once per machine)")
+    cfg, corpus_record = corpus.placed(cfg, environ)  # data.corpus: its shards, prepared here when missing
     now = datetime.now(UTC)
     names = view.secret_names(cfg)
     scrub = redact.Scrubber(redact.secret_values(environ, cfg.to_dict(), names))
@@ -90,6 +95,9 @@ def train(
     first_process = int(procs[0].get(rz.PROCESS_ID, 0))
     with rundir.records_before_launch(Path(rundir.configured_dir(cfg) or cfg.run.base_dir)):
         root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), first_process)
+        if corpus_record is not None:
+            rundir.write_json(run / CORPUS, corpus_record)
+            print(f"moekit: {corpus.describe(corpus_record)}", flush=True)
     ctx = _Run(cfg, root, run, procs, environ, shown_overrides, config_view, scrub, phase)
     with attempts.locked(run):
         while True:

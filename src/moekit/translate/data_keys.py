@@ -14,19 +14,17 @@ def data_keys(data: Data) -> dict[str, Scalar | list[str]]:
     if data.max_segments_per_seq > 0:  # read by the attention kernel, whatever the data
         keys["max_segments_per_seq"] = data.max_segments_per_seq
     if data.dataset_type == "hf":
-        keys |= {
-            "hf_path": HF_BUILDERS.get(data.format or "", data.format),
-            "hf_train_files": data.files,
-            "tokenizer_type": "huggingface",
-        }
+        keys |= {"hf_path": HF_BUILDERS.get(data.format or "", data.format), "hf_train_files": data.files}
+        keys["tokenizer_type"] = "huggingface"
     elif data.dataset_type == "grain":
-        keys |= {
-            "grain_file_type": data.format,
-            "grain_train_files": data.files,
-            "tokenizer_type": data.tokenizer_type,
-        }
+        keys |= {"grain_file_type": data.format, "grain_train_files": data.files, "tokenizer_type": data.tokenizer_type}
+        if data.epochs != 1:
+            keys["num_epoch"] = data.epochs
     else:
         return keys
+    if data.files is None:  # data.corpus: the files are known on the training host, once it has prepared them
+        keys.pop("hf_train_files", None)
+        keys.pop("grain_train_files", None)
     keys |= {
         "tokenizer_path": data.tokenizer,
         "train_data_columns": [data.column],

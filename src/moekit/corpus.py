@@ -1,0 +1,158 @@
+"""Real text with no download: the running Python's standard library (its .py sources and .txt/.rst files), made
+into shards once per machine and then read from moekit's cache (effects: reads the stdlib, writes the cache).
+
+The selection is fixed so that machines with the same Python build see the same tokens: files sorted by their
+path inside the stdlib, the folders distributions ship apart or leave out (tests, IDLE, tkinter, ensurepip, ...)
+and build-specific files (_sysconfigdata*) left out, at most BUDGET bytes. The shards' sha256 in corpus.json (copied
+into each run directory as corpus.json) tells whether two runs trained on the same text.
+"""
+
+from __future__ import annotations
+
+import platform
+import sysconfig
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TextIO
+
+from moekit import cache, text_shards
+from moekit.config.schema import Config
+
+SUFFIXES = (".py", ".txt", ".rst")
+# Folders left out wherever they sit: tests, and what Debian/Ubuntu and others package separately or drop.
+LEFT_OUT = frozenset(
+    {
+        "site-packages",
+        "dist-packages",
+        "__pycache__",
+        "test",
+        "tests",
+        "idle_test",
+        "idlelib",
+        "tkinter",
+        "turtledemo",
+        "ensurepip",
+        "lib2to3",
+        "distutils",
+        "venv",
+    }
+)
+BUILD_SPECIFIC = ("_sysconfigdata", "LICENSE.txt")  # the build's own values; the license sits elsewhere on Debian
+BUDGET = 32 * 2**20  # bytes of source text at most (CPython 3.12.1 gives 513 files, 10.0 MB: all of them)
+CORPORA = ("stdlib",)
+
+
+def stdlib_dir() -> Path:
+    """The running Python's standard library folder."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_files(root: Path | None = None, budget: int = BUDGET) -> list[Path]:
+    """The stdlib files of the corpus, in order, up to `budget` bytes."""
+    root = root or stdlib_dir()
+    picked, total = [], 0
+    for path in text_shards.source_files(root, SUFFIXES):
+        rel = path.relative_to(root)
+        if LEFT_OUT & set(rel.parts[:-1]) or rel.name.startswith(BUILD_SPECIFIC):
+            continue
+        size = path.stat().st_size
+        if total + size > budget:
+            break
+        picked.append(path)
+        total += size
+    return picked
+
+
+def identity() -> dict[str, str]:
+    """What the stdlib corpus depends on besides the options: the Python that supplies the text."""
+    return {
+        "python": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "stdlib": str(stdlib_dir()),
+    }
+
+
+def cache_folder(name: str, options: text_shards.Options, environ: Mapping[str, str] | None = None) -> Path:
+    """Where a corpus is prepared: <moekit cache>/corpus/<name>-py<version>-<tokenizer>-<format>-<chunk>-<shards>."""
+    version = platform.python_version()
+    tok = Path(options.tokenizer).name
+    tag = f"{name}-py{version}-{tok}-{options.format}-c{options.chunk_bytes}-s{options.shards}"
+    return cache.cache_dir(environ) / "corpus" / tag
+
+
+def options_of(cfg: Config) -> text_shards.Options:
+    """The shard options the config's data section asks for."""
+    return text_shards.Options(
+        tokenizer=cfg.data.tokenizer or text_shards.TOKENIZER,
+        tokenizer_type="huggingface" if cfg.data.dataset_type == "hf" else cfg.data.tokenizer_type,
+        format=cfg.data.format or "arrayrecord",
+    )
+
+
+def ensure(
+    name: str, options: text_shards.Options, environ: Mapping[str, str] | None = None, stream: TextIO | None = None
+) -> tuple[Path, dict]:
+    """The corpus's folder and its corpus.json, preparing it first when this machine has none."""
+    if name not in CORPORA:
+        raise text_shards.PrepareError(f"data.corpus={name}: one of {', '.join(CORPORA)}")
+    out = cache_folder(name, options, environ)
+    found = text_shards.read_summary(out)
+    if found is not None:
+        return out, found
+    if out.exists():  # a folder without its record: not ours to trust, and not ours to delete
+        raise text_shards.PrepareError(
+            f"{out} exists without its {text_shards.MANIFEST}; remove it and the corpus is prepared again"
+        )
+    try:
+        summary = text_shards.prepare(
+            stdlib_files(),
+            out,
+            options,
+            source=f"python stdlib ({stdlib_dir()})",
+            extra=identity(),
+            stream=stream,
+            skip_undecodable=True,  # a stdlib file in another encoding is left out (and named), not fatal
+        )
+    except text_shards.PrepareError:
+        found = text_shards.read_summary(out)  # another process renamed its copy into place first: the same bytes
+        if found is None:
+            raise
+        return out, found
+    return out, summary.to_dict()
+
+
+def placed(
+    cfg: Config, environ: Mapping[str, str] | None = None, stream: TextIO | None = None
+) -> tuple[Config, dict | None]:
+    """`cfg` with data.files pointing at its corpus's shards (prepared first when missing), and the corpus's
+    record; `cfg` unchanged and None when data.corpus is not set."""
+    if not cfg.data.corpus:
+        return cfg, None
+    out, record = ensure(cfg.data.corpus, options_of(cfg), environ, stream)
+    files = str(out / f"*.{record['format']}")
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"files": files})}), record
+
+
+def ready(cfg: Config, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this machine's cache holds the config's corpus already."""
+    if not cfg.data.corpus:
+        return True
+    return text_shards.read_summary(cache_folder(cfg.data.corpus, options_of(cfg), environ)) is not None
+
+
+def located(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:
+    """`cfg` with data.files where its corpus is (or will be) prepared, preparing nothing (--dry-run)."""
+    if not cfg.data.corpus:
+        return cfg
+    options = options_of(cfg)
+    files = str(cache_folder(cfg.data.corpus, options, environ) / f"*.{options.format}")
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"files": files})})
+
+
+def describe(record: dict) -> str:
+    """One line naming a prepared corpus: what, which Python, how much, its digest."""
+    python = (record.get("extra") or {}).get("python", "?")
+    return (
+        f"corpus {record.get('source', '?')}, python {python}: {record['files']:,} files, {record['tokens']:,} tokens "
+        f"({record['tokenizer']}), {len(record['shards'])} {record['format']} shards, sha256 {record['sha256'][:16]}"
+    )

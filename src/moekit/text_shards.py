@@ -1,0 +1,350 @@
+"""Text files -> training shards MaxText's pipelines read, with the tokens the training's tokenizer counts (effects:
+reads the source files, writes the shards).
+
+Each file is cut at line boundaries into documents of at most `chunk_bytes` (MaxText trims every document to the
+sequence length, so a whole file as one document would lose all but its first `seq_len` tokens). The documents go,
+in the files' sorted order, into `shards` files of consecutive documents: ArrayRecord (tf.train.Example records with
+a `text` feature: data=grain) or parquet (a `text` column: data=hf or data=grain). The same files and options give
+the same bytes; `corpus.json` beside the shards records what went in (files, bytes, documents, tokens, the tokenizer,
+each shard's sha256). The folder appears whole or not at all: it is written beside its place and renamed into it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from moekit import data_preflight
+from moekit.errors import MoekitError
+
+FORMATS = ("arrayrecord", "parquet")
+MANIFEST = "corpus.json"
+TOKENIZER = "tokenizer.llama2"  # shipped with MaxText; 32,000 tokens fit every model moekit configures
+CHUNK_BYTES = 4096
+SHARDS = 8
+COLUMN = "text"
+SMOKE_VOCAB = 129_280  # experiment=smoke's model (deepseek3-tiny): the command the summary suggests must fit it
+
+
+class PrepareError(MoekitError):
+    """The source or the output folder cannot be used as given."""
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How text becomes shards (each one changes the shards, so each is recorded in corpus.json)."""
+
+    tokenizer: str = TOKENIZER
+    """A tokenizer MaxText ships (a name in its assets/tokenizers) or a path."""
+    tokenizer_type: str = "sentencepiece"
+    """How MaxText loads it: sentencepiece, tiktoken or huggingface."""
+    format: str = "arrayrecord"
+    chunk_bytes: int = CHUNK_BYTES
+    shards: int = SHARDS
+
+
+@dataclass(slots=True)
+class Summary:
+    """What a preparation wrote: the identity recorded in corpus.json."""
+
+    source: str
+    files: int
+    bytes: int
+    documents: int
+    tokens: int
+    """Tokens of the documents as the tokenizer encodes them, without the BOS/EOS MaxText adds per document."""
+    tokenizer: str
+    tokenizer_type: str
+    vocab: int
+    format: str
+    chunk_bytes: int
+    column: str = COLUMN
+    shards: list[dict] = field(default_factory=list)
+    """Per shard: name, documents, bytes of text, sha256 of the file."""
+    sha256: str = ""
+    """sha256 over the shards' names and digests: one value that names the whole corpus."""
+    extra: dict = field(default_factory=dict)
+    """What the caller adds to the identity (the stdlib corpus: the Python it came from)."""
+    skipped: list[str] = field(default_factory=list)
+    """Files left out because they are not UTF-8 text (only where the caller allows it: the stdlib corpus)."""
+
+    def to_dict(self) -> dict:
+        """The corpus.json record."""
+        return asdict(self)
+
+    def glob(self, out: Path) -> str:
+        """The data.files pattern of these shards in `out`."""
+        return str(out / f"*.{self.format}")
+
+    def text(self, out: Path, seconds: float | None = None) -> str:
+        """The summary a person reads: what went in, what came out, where, and how to train on it."""
+        took = f" in {seconds:.0f} s" if seconds is not None else ""
+        if self.format == "parquet" and self.tokenizer_type == "huggingface":  # MaxText's Hugging Face pipeline
+            data = f"data=hf data.tokenizer={self.tokenizer}"
+        else:
+            data = "data=grain" + ("" if self.format == "arrayrecord" else " data.format=parquet")
+            data += f" data.tokenizer={self.tokenizer}" if self.tokenizer != TOKENIZER else ""
+            data += f" data.tokenizer_type={self.tokenizer_type}" if self.tokenizer_type != "sentencepiece" else ""
+        fit = f" model.extra.vocab_size={-(-self.vocab // 128) * 128}" if self.vocab > SMOKE_VOCAB else ""
+        return (
+            f"prepared {self.files:,} files ({self.bytes / 1e6:.1f} MB) -> {self.documents:,} documents, "
+            f"{self.tokens:,} tokens ({self.tokenizer}, {self.vocab:,}-token vocabulary) in {len(self.shards)} "
+            f"{self.format} shards{took}\n  at {out} (sha256 {self.sha256[:16]})\n"
+            f"  train on it: moekit train experiment=smoke {data} data.files='{self.glob(out)}'{fit}"
+        )
+
+
+def source_files(src: Path, suffixes: Sequence[str] = ()) -> list[Path]:
+    """The regular files under `src` (hidden files and folders left out; only `suffixes` when given), sorted by
+    their path relative to `src` so that every machine takes them in one order."""
+    if not src.is_dir():
+        raise PrepareError(f"{src} is not a folder; give a folder of text files")
+    wanted = tuple(s if s.startswith(".") else f".{s}" for s in suffixes)
+    found = []
+    for root, dirs, names in os.walk(src):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in names:
+            path = Path(root) / name
+            if name.startswith(".") or not path.is_file() or (wanted and not name.endswith(wanted)):
+                continue
+            found.append(path)
+    found.sort(key=lambda p: p.relative_to(src).as_posix())
+    if not found:
+        what = f" ending in {', '.join(wanted)}" if wanted else ""
+        raise PrepareError(f"{src} holds no file{what}; give a folder of text files (or other --suffix)")
+    return found
+
+
+def read_text(path: Path) -> str:
+    """A file's text (UTF-8); PrepareError names the file when it cannot be read or is not text."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PrepareError(f"{path} cannot be read ({exc.strerror}); fix its permissions or leave it out") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PrepareError(
+            f"{path} is not UTF-8 text (byte {exc.start}); convert it, or choose files with --suffix"
+        ) from None
+
+
+def chunks(text: str, chunk_bytes: int) -> list[str]:
+    """`text` cut at line ends into pieces of at most `chunk_bytes` UTF-8 bytes (a longer line is cut on its own);
+    pieces holding only whitespace are dropped."""
+    out: list[str] = []
+    piece: list[str] = []
+    size = 0
+    for line in text.splitlines(keepends=True):
+        n = len(line.encode("utf-8"))
+        if size and size + n > chunk_bytes:
+            out.append("".join(piece))
+            piece, size = [], 0
+        while n > chunk_bytes:  # one long line: cut it by characters
+            head = line.encode("utf-8")[:chunk_bytes].decode("utf-8", errors="ignore")
+            out.append(head)
+            line = line[len(head) :]
+            n = len(line.encode("utf-8"))
+        piece.append(line)
+        size += n
+    if piece:
+        out.append("".join(piece))
+    return [c for c in out if c.strip()]
+
+
+def token_counter(tokenizer: str, tokenizer_type: str) -> tuple[Callable[[list[str]], list[int]], int, str]:
+    """(count tokens of each text, vocabulary size, resolved path), loaded with MaxText's own loader, as training
+    loads it. PrepareError when it does not load."""
+    from maxtext.input_pipeline import tokenizer as mt
+
+    path = data_preflight.resolve_tokenizer(tokenizer)
+    try:
+        tok = mt.build_tokenizer(path, tokenizer_type, False, False, os.environ.get("HF_TOKEN"))
+    except Exception as exc:  # MaxText's loaders raise ValueError; Hugging Face raises OSError offline
+        from moekit import maxtext_files
+
+        raise PrepareError(
+            f"the {tokenizer_type} tokenizer {tokenizer!r} does not load: {str(exc).splitlines()[0][:300]}; use one "
+            f"MaxText ships ({', '.join(maxtext_files.shipped_tokenizers())}) or a path, with its --tokenizer-type"
+        ) from None
+    if tokenizer_type == "sentencepiece":
+        model = tok._tokenizer_model  # MaxText exposes no batch encode; the processor encodes a list on threads
+        return (lambda texts: [len(ids) for ids in model.encode(texts)]), int(model.GetPieceSize()), path
+    vocab = int(tok.n_words) if tokenizer_type == "tiktoken" else len(tok.tokenizer)
+    return (lambda texts: [len(tok.encode(t)) for t in texts]), vocab, path
+
+
+class Progress:
+    """A progress bar on a terminal (redrawn in place), else a plain line at every tenth of the work."""
+
+    def __init__(self, total: int, what: str, stream: TextIO | None = None):
+        self.total, self.what = max(total, 1), what
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.shown = -1
+        self.start = time.monotonic()
+
+    def update(self, done: int, note: str = "") -> None:
+        """Show `done` of the total (`note`: running counts)."""
+        frac = min(done / self.total, 1.0)
+        elapsed = time.monotonic() - self.start
+        if self.tty:
+            bar = "#" * int(frac * 30)
+            self.stream.write(f"\r[{bar:<30}] {done}/{self.total} {self.what}  {note}  {elapsed:.0f} s\x1b[K")
+            if done >= self.total:
+                self.stream.write("\n")
+        elif int(frac * 10) > self.shown:
+            self.shown = int(frac * 10)
+            self.stream.write(f"{frac:4.0%} {done}/{self.total} {self.what}  {note}  ({elapsed:.0f} s)\n")
+        self.stream.flush()
+
+
+def _write_arrayrecord(path: Path, texts: Iterable[str]) -> None:
+    from array_record.python.array_record_module import ArrayRecordWriter
+    from maxtext.input_pipeline.protos import example_pb2
+
+    writer = ArrayRecordWriter(str(path), "group_size:1")
+    try:
+        for text in texts:
+            example = example_pb2.Example()
+            example.features.feature[COLUMN].bytes_list.value.append(text.encode("utf-8"))
+            writer.write(example.SerializeToString(deterministic=True))
+    finally:
+        writer.close()
+
+
+def _write_parquet(path: Path, texts: Sequence[str]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({COLUMN: pa.array(list(texts), pa.string())}), str(path))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_out(out: Path) -> None:
+    """PrepareError unless `out` is a new folder that can be made (before any file is read)."""
+    if out.exists():
+        raise PrepareError(f"{out} already exists; choose another --out, or remove it to prepare again")
+    parent = out.absolute().parent
+    while not parent.exists() and parent != parent.parent:  # the folder the missing ones will be made in
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise PrepareError(
+            f"{parent} is not a folder you can write; choose another --out (for data=stdlib: "
+            "MOEKIT_CACHE_DIR=<a writable folder>)"
+        )
+
+
+def prepare(
+    files: Sequence[Path],
+    out: Path,
+    options: Options = Options(),
+    source: str = "",
+    extra: dict | None = None,
+    stream: TextIO | None = None,
+    skip_undecodable: bool = False,
+) -> Summary:
+    """Write `files` as shards into the new folder `out` (atomically) and return what was written.
+
+    `source` and `extra` go into corpus.json as given. A file that is not UTF-8 stops the preparation, or with
+    `skip_undecodable` is left out and named in corpus.json's `skipped`.
+    """
+    if options.format not in FORMATS:
+        raise PrepareError(f"--format {options.format}: one of {', '.join(FORMATS)}")
+    if options.chunk_bytes < 64 or options.shards < 1:
+        raise PrepareError("--chunk-bytes must be at least 64 and --shards at least 1")
+    check_out(out)
+    count, vocab, _ = token_counter(options.tokenizer, options.tokenizer_type)
+    docs: list[str] = []
+    skipped: list[str] = []
+    total_bytes = tokens = 0
+    bar = Progress(len(files), "files", stream)
+    for i, path in enumerate(files, 1):
+        try:
+            text = read_text(path)
+        except PrepareError:
+            if not skip_undecodable or not path.is_file():
+                raise
+            skipped.append(str(path))
+            continue
+        total_bytes += len(text.encode("utf-8"))
+        pieces = chunks(text, options.chunk_bytes)
+        tokens += sum(count(pieces)) if pieces else 0
+        docs += pieces
+        bar.update(i, f"{total_bytes / 1e6:.1f} MB, {tokens:,} tokens")
+    if not docs:
+        raise PrepareError(f"the {len(files)} file(s) of {source or 'the source'} hold no text")
+    shards = min(options.shards, len(docs))
+    summary = Summary(
+        source=source,
+        files=len(files) - len(skipped),
+        bytes=total_bytes,
+        documents=len(docs),
+        tokens=tokens,
+        tokenizer=options.tokenizer,
+        tokenizer_type=options.tokenizer_type,
+        vocab=vocab,
+        format=options.format,
+        chunk_bytes=options.chunk_bytes,
+        extra=dict(extra or {}),
+        skipped=skipped,
+    )
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.mkdir()
+        write = _write_arrayrecord if options.format == "arrayrecord" else _write_parquet
+        combined = hashlib.sha256()
+        for s in range(shards):
+            part = docs[s * len(docs) // shards : (s + 1) * len(docs) // shards]  # consecutive, balanced by count
+            shard = f"train-{s:05d}-of-{shards:05d}.{options.format}"
+            write(tmp / shard, part)
+            digest = _sha256(tmp / shard)
+            combined.update(f"{shard} {digest}\n".encode())
+            summary.shards.append(
+                {
+                    "name": shard,
+                    "documents": len(part),
+                    "bytes": sum(len(d.encode("utf-8")) for d in part),
+                    "sha256": digest,
+                }
+            )
+        summary.sha256 = combined.hexdigest()
+        (tmp / MANIFEST).write_text(json.dumps(summary.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf8")
+        os.rename(tmp, out)  # atomic: the folder is whole or absent (a rival writer of the same folder: one wins)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if out.exists():  # another writer renamed its copy into place first
+            raise PrepareError(f"{out} already exists (written by another process meanwhile)") from None
+        raise PrepareError(
+            f"cannot write the shards into {out} ({exc.strerror or exc}); choose a folder you can write "
+            "(for data=stdlib: MOEKIT_CACHE_DIR=<a writable folder>)"
+        ) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return summary
+
+
+def read_summary(out: Path) -> dict | None:
+    """The corpus.json of a prepared folder, or None when there is none (or it is damaged)."""
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads((out / MANIFEST).read_text(encoding="utf8"))
+    return None

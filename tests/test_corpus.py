@@ -1,0 +1,289 @@
+"""Real text without a download: `moekit data prepare` (a folder -> shards MaxText reads, counted in tokens), the
+data=stdlib corpus (this Python's standard library, prepared once per machine), and the FP8 loss-gap rule."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, compose, losses, moekit
+from moekit import cli, corpus, data_preflight, maxtext_files, text_shards
+from moekit.config.checks import problems
+from moekit.observe import loss_gap
+from moekit.translate.job import build
+
+LLAMA2 = maxtext_files.assets_dir() / "tokenizers" / "tokenizer.llama2"
+
+
+def tree(root: Path) -> Path:
+    """A small source folder: code, prose, a nested folder, a hidden file that must be left out."""
+    (root / "pkg").mkdir(parents=True)
+    (root / "b.py").write_text("def add(a, b):\n    return a + b\n" * 40)  # 1,360 bytes: 3 documents of <= 512
+    (root / "a.txt").write_text("The cat sat on the mat.\n")
+    (root / "pkg" / "c.rst").write_text("Title\n=====\n\nSome prose about moekit.\n")
+    (root / ".hidden").write_text("never read")
+    return root
+
+
+def arrayrecord_texts(path: Path) -> list[str]:
+    from array_record.python.array_record_module import ArrayRecordReader
+    from maxtext.input_pipeline.protos import example_pb2
+
+    reader = ArrayRecordReader(str(path))
+    try:
+        records = reader.read(list(range(reader.num_records())))
+    finally:
+        reader.close()
+    return [example_pb2.Example.FromString(r).features.feature["text"].bytes_list.value[0].decode() for r in records]
+
+
+# ---- the folder -> shards step ----
+
+
+def test_chunks_cut_at_line_ends_and_keep_every_byte():
+    text = "".join(f"line {i}\n" for i in range(100))
+    pieces = text_shards.chunks(text, 64)
+    assert "".join(pieces) == text and all(len(p.encode()) <= 64 for p in pieces)
+    assert all(p.endswith("\n") for p in pieces)
+    long = "x" * 150 + "\n"  # a line longer than a document is cut on its own
+    assert [len(p) for p in text_shards.chunks(long, 64)] == [64, 64, 23]
+    assert text_shards.chunks("\n\n  \n", 64) == []
+
+
+def test_prepare_writes_shards_maxtexts_grain_reads_with_the_tokens_counted(tmp_path):
+    import sentencepiece
+
+    src = tree(tmp_path / "src")
+    files = text_shards.source_files(src)
+    assert [f.relative_to(src).as_posix() for f in files] == ["a.txt", "b.py", "pkg/c.rst"]  # sorted, no hidden
+    options = text_shards.Options(chunk_bytes=512, shards=2)
+    first = text_shards.prepare(files, tmp_path / "out", options, source=str(src))
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "corpus.json",
+        "train-00000-of-00002.arrayrecord",
+        "train-00001-of-00002.arrayrecord",
+    ]
+    texts = [t for shard in sorted(out.glob("*.arrayrecord")) for t in arrayrecord_texts(shard)]
+    assert "".join(texts) == "".join(f.read_text() for f in files)  # every byte, in order
+    assert first.documents == len(texts) == 5 and first.files == 3
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(LLAMA2))
+    assert first.tokens == sum(len(ids) for ids in sp.encode(texts)) and first.vocab == 32000
+    assert data_preflight.columns(str(out / "train-00000-of-00002.arrayrecord"), "arrayrecord") == ["text"]
+    assert json.loads((out / "corpus.json").read_text()) == first.to_dict()
+    # the same files and options give the same bytes (another machine, another day)
+    again = text_shards.prepare(files, tmp_path / "again", options, source=str(src))
+    assert again.sha256 == first.sha256 and again.shards == first.shards
+    parquet = text_shards.prepare(files, tmp_path / "pq", text_shards.Options(format="parquet", chunk_bytes=512))
+    assert data_preflight.columns(str(tmp_path / "pq" / "train-00000-of-00005.parquet"), "parquet") == ["text"]
+    assert (parquet.documents, parquet.tokens) == (first.documents, first.tokens)  # 8 shards asked, 5 documents
+
+
+def test_the_command_prints_a_summary_and_refuses_with_exit_2(tmp_path, capsys):
+    src = tree(tmp_path / "src")
+    out = tmp_path / "shards"
+    assert cli.main(["data", "prepare", str(src), "--out", str(out), "--suffix", "py,txt"]) == 0
+    captured = capsys.readouterr()
+    assert "prepared 2 files" in captured.out and "2 arrayrecord shards" in captured.out
+    assert f"data.files='{out}/*.arrayrecord'" in captured.out
+    assert "100% 2/2 files" in captured.err  # not a terminal: plain progress lines
+    refusals = {
+        "already exists": ["data", "prepare", str(src), "--out", str(out)],
+        "holds no file": ["data", "prepare", str((tmp_path / "empty").mkdir() or tmp_path / "empty"), "--out", "x"],
+        "is not a folder": ["data", "prepare", str(tmp_path / "missing"), "--out", str(tmp_path / "o1")],
+        "give a source folder": ["data", "prepare", "--out", str(tmp_path / "o2")],
+        "drop the folder": ["data", "prepare", "--stdlib", str(src)],
+    }
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "x.txt").write_bytes(b"caf\xe9\n")  # latin-1, not UTF-8
+    refusals["not UTF-8 text (byte 3)"] = ["data", "prepare", str(tmp_path / "bin"), "--out", str(tmp_path / "o3")]
+    for phrase, argv in refusals.items():
+        assert cli.main(argv) == 2, phrase
+        err = capsys.readouterr().err
+        assert phrase in err and "Traceback" not in err, (phrase, err)
+    assert not (tmp_path / "o3").exists() and not list(tmp_path.glob(".o3.tmp-*"))  # nothing half-written
+
+
+def test_a_corpus_may_leave_out_a_file_in_another_encoding_and_names_it(tmp_path):
+    src = tree(tmp_path / "src")
+    (src / "latin.py").write_bytes(b"# caf\xe9\n")
+    files = text_shards.source_files(src)
+    with pytest.raises(text_shards.PrepareError, match="latin.py is not UTF-8"):
+        text_shards.prepare(files, tmp_path / "strict")
+    kept = text_shards.prepare(files, tmp_path / "out", skip_undecodable=True)
+    assert kept.skipped == [str(src / "latin.py")] and kept.files == 3
+
+
+# ---- the stdlib corpus as a data option ----
+
+
+def test_stdlib_selection_is_sorted_bounded_and_leaves_out_tests():
+    files = corpus.stdlib_files()
+    root = corpus.stdlib_dir()
+    rel = [f.relative_to(root) for f in files]
+    assert rel == sorted(rel, key=lambda p: p.as_posix()) and len(files) > 100
+    assert not [p for p in rel if {"test", "tests", "site-packages", "idlelib"} & set(p.parts)]
+    assert sum(f.stat().st_size for f in files) <= corpus.BUDGET
+    assert len(corpus.stdlib_files(budget=100_000)) < len(files)
+
+
+def test_data_stdlib_composes_translates_and_is_checked():
+    cfg = compose("smoke", ["data=stdlib"])
+    assert problems(cfg) == [] and cfg.data.corpus == "stdlib" and cfg.data.files is None
+    args = build(cfg, "/r", "/r/m").maxtext_args
+    assert {"dataset_type=grain", "grain_file_type=arrayrecord", "num_epoch=100"} <= set(args)
+    assert not [a for a in args if a.startswith("grain_train_files")]  # known on the training host only
+    placed = corpus.located(cfg, {"MOEKIT_CACHE_DIR": "/c"})
+    assert placed.data.files == "/c/corpus/" + corpus.cache_folder("stdlib", corpus.options_of(cfg), {}).name + (
+        "/*.arrayrecord"
+    )
+    for overrides, phrase in [
+        (["data=stdlib", "data.files=/d/*"], "drop data.files"),
+        (["data=stdlib", "data.format=json"], "data=stdlib (Grain on ArrayRecord)"),
+        (["data=hf", "data.files=/d/x", "data.epochs=3"], "reads its files once"),
+    ]:
+        found = [str(p) for p in problems(compose("smoke", overrides))]
+        assert any(phrase in p for p in found), (overrides, found)
+
+
+def test_a_dry_run_before_the_first_run_shows_where_the_corpus_will_be(tmp_path):
+    cfg = corpus.located(compose("smoke", ["data=stdlib"]), {"MOEKIT_CACHE_DIR": str(tmp_path)})
+    found, seen = data_preflight.problems(cfg)
+    assert found == [] and seen.files == [] and seen.vocab == 32000
+    assert f"the stdlib corpus (prepared when the run starts: {tmp_path}/corpus/" in data_preflight.found_text(
+        cfg, seen
+    )
+    assert not corpus.ready(cfg, {"MOEKIT_CACHE_DIR": str(tmp_path)}) and not (tmp_path / "corpus").exists()
+
+
+def test_an_unwritable_cache_stops_before_the_corpus_is_read(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(text_shards.PrepareError, match="MOEKIT_CACHE_DIR=<a writable folder>"):
+        corpus.placed(compose("smoke", ["data=stdlib"]), {"MOEKIT_CACHE_DIR": str(tmp_path / "file" / "cache")})
+
+
+@pytest.fixture(scope="module")
+def stdlib_run(tmp_path_factory) -> tuple[Path, Path, subprocess.CompletedProcess]:
+    """One real CPU training of experiment=smoke on data=stdlib (8 steps), its corpus prepared in a fresh cache."""
+    base = tmp_path_factory.mktemp("stdlib")
+    run, cache = base / "run", base / "cache"
+    proc = moekit(
+        "train",
+        "experiment=smoke",
+        "data=stdlib",
+        "train.steps=8",
+        "train.learning_rate=1e-3",
+        f"run.dir={run}",
+        env={"MOEKIT_CACHE_DIR": str(cache)},
+        timeout=900,
+    )
+    return run, cache, proc
+
+
+@pytest.mark.integration
+def test_smoke_trains_on_the_stdlib_corpus_and_records_it(stdlib_run):
+    run, cache, proc = stdlib_run
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    prepared = list((cache / "corpus").glob("stdlib-py*/corpus.json"))
+    assert len(prepared) == 1  # prepared by this run, in the cache, not the run directory
+    record = json.loads((run / "corpus.json").read_text())
+    assert record == json.loads(prepared[0].read_text())
+    assert record["extra"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert record["files"] == len(corpus.stdlib_files()) and record["tokens"] > 1_000_000
+    assert f"sha256 {record['sha256'][:16]}" in proc.stdout and "preparing the stdlib corpus" in proc.stderr
+    args = json.loads((run / "job.json").read_text())["maxtext_args"]
+    assert f"grain_train_files='{prepared[0].parent}/*.arrayrecord'" in args
+    loss = losses(run)
+    assert len(loss) == 8 and all(math.isfinite(x) for x in loss)
+    assert loss[-1] < loss[0], loss
+
+
+# ---- the FP8 loss-gap rule ----
+
+
+def test_loss_gap_is_the_mean_relative_gap_over_the_last_fifth():
+    ref = [10.0, 8.0, 6.0, 5.0, 4.5, 4.2, 4.0, 3.9, 3.8, 3.7]
+    cand = [10.5, 8.5, 6.2, 5.1, 4.5, 4.2, 4.0, 3.9, 3.838, 3.7 * 0.99]
+    g = loss_gap.loss_gap(cand, ref)
+    assert g.window_steps == (8, 9) and g.steps == 10
+    assert g.mean_relative_gap == pytest.approx((0.01 - 0.01) / 2) and g.meets_goal  # early steps do not count
+    worse = loss_gap.loss_gap([x * 1.02 for x in ref], ref)
+    assert worse.mean_relative_gap == pytest.approx(0.02) and not worse.meets_goal
+    assert "**misses** the goal |gap| <= 1%" in loss_gap.describe(worse, "fp8", "bf16")
+    for cand, reference, phrase in [
+        (ref[:-1], ref, "same length"),
+        (ref[:3], ref[:3], "at least 5"),
+        ([*ref[:-1], math.nan], ref, "not finite at step 9"),
+    ]:
+        with pytest.raises(ValueError, match=phrase):
+            loss_gap.loss_gap(cand, reference)
+
+
+def test_only_twins_that_differ_in_precision_are_compared():
+    base = ["data=stdlib", "moe=dense"]
+    bf16 = compose("smoke", [*base, "precision=bf16"]).to_dict()
+    fp32 = compose("smoke", [*base, "precision=fp32", "run.name=x"]).to_dict()
+    ident = {"sha256": "a" * 64}
+    assert loss_gap.not_comparable(fp32, bf16, ident, ident) == []
+    reasons = loss_gap.not_comparable(
+        compose("smoke", [*base, "precision=fp32", "train.per_device_batch_size=4", "train.seed=3"]).to_dict(),
+        bf16,
+        {"sha256": "b" * 64},
+        ident,
+    )
+    text = "\n".join(reasons)
+    assert "train.per_device_batch_size: 4 vs 2" in text and "train.seed" in text
+    assert "different corpus shards" in text
+    assert "the same precision" in "\n".join(loss_gap.not_comparable(bf16, bf16, ident, ident))
+    other = compose("smoke", ["moe=ragged_dot", "precision=fp32", "data=stdlib"]).to_dict()
+    assert any(r.startswith("moe.") for r in loss_gap.not_comparable(other, bf16, ident, ident))
+
+
+@pytest.fixture(scope="module")
+def fp32_twin(stdlib_run) -> Path:
+    """stdlib_run's twin in fp32 (the same seed, data, steps and batch), trained after it from the same cache."""
+    run, cache, proc = stdlib_run
+    assert proc.returncode == 0
+    twin = run.parent / "fp32"
+    again = moekit(
+        "train",
+        "experiment=smoke",
+        "data=stdlib",
+        "precision=fp32",
+        "train.steps=8",
+        "train.learning_rate=1e-3",
+        f"run.dir={twin}",
+        env={"MOEKIT_CACHE_DIR": str(cache)},
+        timeout=900,
+    )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "moekit: corpus python stdlib" in again.stdout and "preparing" not in again.stderr  # read from the cache
+    return twin
+
+
+def gap_tool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "loss_gap.py"), *args], capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.integration
+def test_the_loss_gap_tool_on_real_twins_and_its_refusal(stdlib_run, fp32_twin, tmp_path):
+    run = stdlib_run[0]
+    same = gap_tool(str(run), str(run))
+    assert same.returncode == 2 and "the same precision: nothing to compare" in same.stderr, same.stderr
+    tool = gap_tool(str(fp32_twin), str(run), "--out", str(tmp_path / "gap.json"))
+    assert tool.returncode in (0, 1), tool.stdout + tool.stderr
+    record = json.loads((tmp_path / "gap.json").read_text())
+    assert record["steps"] == 8 and record["window_steps"] == [6, 7]  # the last 20%: 2 of 8 steps
+    cand, ref = losses(fp32_twin), losses(run)
+    expected = sum((cand[i] - ref[i]) / ref[i] for i in (6, 7)) / 2
+    assert record["mean_relative_gap"] == pytest.approx(expected) and record["meets_goal"] == (abs(expected) <= 0.01)
+    assert record["candidate"]["corpus"]["sha256"] == record["reference"]["corpus"]["sha256"]
+    assert record["candidate"]["versions"]["maxtext"] and "precision=fp32" in record["candidate"]["overrides"]
+    assert f"{expected:+.2%}" in tool.stdout
