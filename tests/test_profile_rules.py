@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 from moekit import worker
-from moekit.observe import breakdown, profile
+from moekit.observe import breakdown, hlo, profile
 from moekit.observe.profile_rules import BUCKETS, RULES, Op, classify, is_container
 from moekit.observe.trace import Event
 
@@ -244,3 +244,35 @@ def test_untraced_steps_leave_out_warm_up_and_the_windows_edges():
     out = profile.maxtext_step_times(rows, first_step=3, expected=3)
     assert out["traced_steps"] == [4, 5] and out["untraced_steps"] == [1, 2, 7, 8, 9]
     assert out["untraced_median_s"] == pytest.approx(1.1)
+
+
+def test_a_command_buffers_kernels_are_told_apart_by_their_names():
+    """XLA:GPU records runs of thunks as CUDA graphs: the trace's hlo_op then names the command buffer, and the
+    kernel name (the instruction's, `.` made `_`) says which fusion ran (gpt-oss on an H200, 2026-12-04)."""
+    table = {
+        "input_concatenate_fusion.7": hlo.Instruction(
+            "input_concatenate_fusion.7",
+            "fusion",
+            "jit(train_step)/transpose(jvp())/while/body/eval_jaxpr/checkpoint/mul",
+            ("AttentionOp.compute_local_attention", "AttentionOp.apply_attention_dot"),
+            frozenset({"concatenate", "exponential", "reduce"}),
+        ),
+        "fusion.1": hlo.Instruction("fusion.1", "fusion"),
+        "fusion_1": hlo.Instruction("fusion_1", "fusion"),  # two instructions, one kernel name: left unresolved
+    }
+    assert set(hlo.by_kernel(table)) == {"input_concatenate_fusion_7"}
+    cb = "command_buffer_415"
+    events = [
+        Event("gpu:0", "Stream #14(Kernel)", 0, 4e6, "input_concatenate_fusion_7", cb, "jit_train_step", 30526),
+        Event("gpu:0", "Stream #14(Kernel)", 4e6, 5e6, "nvjet_sm90_tst_144x128_64x6_1x2_h_bz_TTN", cb, "jit_train_step"),
+        Event("gpu:0", "Stream #14(Kernel)", 5e6, 6e6, "fusion_1", cb, "jit_train_step"),
+    ]
+    out = profile.device_breakdown(events, {"jit_train_step": table}, first_step=1, expected=1)
+    b = out["steps"][0]["buckets_s"]
+    assert b["attention"] == pytest.approx(4e-3) and b["other_gemm"] == pytest.approx(1e-3)
+    assert b["other"] == pytest.approx(1e-3)
+    assert [(o["op"], o["bucket"]) for o in out["largest_ops"]] == [
+        ("input_concatenate_fusion.7", "attention"),
+        (cb, "other_gemm"),
+        (cb, "other"),
+    ]

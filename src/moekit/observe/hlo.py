@@ -144,6 +144,24 @@ def parse(text: str) -> dict[str, Instruction]:
     return out
 
 
+def kernel_name(instruction: str) -> str:
+    """The name XLA:GPU gives the kernel it emits for an instruction: the name with `.` and `-` made `_`."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", instruction)
+
+
+def by_kernel(table: dict[str, Instruction]) -> dict[str, Instruction]:
+    """Kernel name -> the instruction that emitted it, for names only one instruction gives.
+
+    Inside a command buffer (a CUDA graph XLA:GPU records for a run of thunks) the trace's hlo_op names the command
+    buffer (command_buffer_415), not the instruction; the kernel name still says which fusion ran. cuBLAS kernels
+    (nvjet_*) carry no instruction name and stay unresolved.
+    """
+    names: dict[str, list[Instruction]] = {}
+    for ins in table.values():
+        names.setdefault(kernel_name(ins.name), []).append(ins)
+    return {k: found[0] for k, found in names.items() if len(found) == 1}
+
+
 def find_dump(folder: Path, module: str, program_id: int | None) -> Path | None:
     """The after-optimizations dump of `module` (program_id: XLA's unique module id, which names the file)."""
     if not folder.is_dir():

@@ -77,11 +77,11 @@ def executions(events: Sequence[Event], expected: int) -> tuple[list[list[Event]
     return [ordered], "whole window" if expected > 1 else "one step"
 
 
-def _op(e: Event, table: dict[str, hlo.Instruction]) -> Op:
-    ins = table.get(e.hlo_op)
+def _op(e: Event, table: dict[str, hlo.Instruction], kernels: dict[str, hlo.Instruction]) -> Op:
+    ins = table.get(e.hlo_op) or kernels.get(e.name)  # a command buffer's kernel: its name says the instruction
     if ins is None:  # undumped: what the trace itself says
         return Op(kernel=e.name, hlo_op=e.hlo_op, op_name=e.op_name, details=e.details)
-    return Op(e.name, e.hlo_op, ins.opcode, ins.fused, ins.target, ins.op_name, ins.frames, e.details)
+    return Op(e.name, ins.name, ins.opcode, ins.fused, ins.target, ins.op_name, ins.frames, e.details)
 
 
 def device_breakdown(
@@ -94,21 +94,22 @@ def device_breakdown(
     module = max(busy, key=busy.get) if busy else ""
     groups, how = executions([e for e in events if e.module == module], expected)
     groups = [g for g in groups if g]
-    cache: dict[tuple[str, str, str], tuple[str, str, bool, str]] = {}
+    kernels = {m: hlo.by_kernel(table) for m, table in tables.items()}
+    cache: dict[tuple[str, str, str], tuple[str, str, bool, str, str]] = {}
     per_line: dict[str, list[tuple[float, float, str, str]]] = defaultdict(list)
     rule_time: dict[str, float] = defaultdict(float)
     census: dict[tuple[str, str], list] = {}  # (op, bucket) -> [kernel, rule, op_name, seconds]
     for e in events:
         key = (e.module, e.hlo_op, e.name)
         if key not in cache:
-            op = _op(e, tables.get(e.module, {}))
-            cache[key] = (*classify(op), is_container(op), op.op_name)
-        bucket, rule, container, op_name = cache[key]
+            op = _op(e, tables.get(e.module, {}), kernels.get(e.module, {}))
+            cache[key] = (*classify(op), is_container(op), op.op_name, op.hlo_op or op.kernel)
+        bucket, rule, container, op_name, instruction = cache[key]
         per_line[e.line].append((e.start_ns, e.end_ns, bucket, "container" if container else KIND[bucket]))
         if container:
             continue
         rule_time[rule] += e.end_ns - e.start_ns
-        entry = census.setdefault((e.hlo_op or e.name, bucket), [e.name, rule, op_name, 0.0])
+        entry = census.setdefault((instruction, bucket), [e.name, rule, op_name, 0.0])
         entry[3] += e.end_ns - e.start_ns
     spans = [s for line in per_line.values() for s in breakdown.exclusive(line)]
     starts = [min(e.start_ns for e in g) for g in groups]
