@@ -21,6 +21,12 @@ GMM = ("RoutedMoE.sparse_matmul.<locals>.jax_ragged_dot_gmm", "RoutedMoE.sparse_
 SORT_IN_PERMUTE = ("_sort_activations", "RoutedMoE.permute", "RoutedMoE.sparse_matmul.<locals>.route")
 SORT_IN_UNPERMUTE = ("_sort_activations", "RoutedMoE.unpermute", "RoutedMoE.sparse_matmul.<locals>._moe_body")
 NCCL_SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+# gpt-oss proxy, moe=te_gmm, on one H200 (jax 0.11.2, MaxText 0.2.5, 2026-12-04): what XLA's dump says about the
+# largest operations of its traced step (frames innermost first, cut after four).
+OSS_BODY = "jit(train_step)/transpose(jvp())/while/body/eval_jaxpr/checkpoint"
+MOE_BODY = ("RoutedMoE.sparse_matmul.<locals>._moe_body", "RoutedMoE.sparse_matmul")
+ATTN_DOT = ("AttentionOp.apply_attention_dot", "AttentionOp.apply_attention", "AttentionOp.__call__")
+ADAM = ("scale_by_adam.<locals>.update_fn", "with_extra_args_support.<locals>.update", "chain.<locals>.update_fn")
 
 # (rule that must claim it, bucket, the operation)
 CASES = [
@@ -110,6 +116,179 @@ CASES = [
         Op(kernel="ynn_fusion.169", hlo_op="ynn_fusion.169", fused=frozenset({"dot", "parameter"})),
     ),
     ("gemms", "other_gemm", Op(kernel="gemm_fusion_dot_12_0", hlo_op="gemm_fusion_dot.12")),
+    (
+        "te-gmm-bias-scope",
+        "mlp_act",  # the expert-bias gradient as moe=te_gmm computes it: a one-hot matmul, yet bias work
+        Op(
+            kernel="gemm_fusion_dot_187",
+            hlo_op="gemm_fusion_dot.187",
+            opcode="fusion",
+            fused=frozenset({"bitcast", "convert", "dot", "parameter"}),
+            op_name=f"{OSS_BODY}/moekit_expert_bias/moekit_expert_bias/me,mf->ef/dot_general",
+            frames=("transform_bias.<locals>.<genexpr>", "transform_bias", *MOE_BODY),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "mlp_act",  # bias rows, padding-row mask and the clamped SwiGLU's gradient, fused in one kernel
+        Op(
+            kernel="loop_select_fusion_5",
+            hlo_op="loop_select_fusion.5",
+            opcode="fusion",
+            fused=frozenset({"add", "clamp", "exponential", "divide", "gather", "select", "multiply"}),
+            op_name=f"{OSS_BODY}/jit(_where)/select_n",
+            frames=("RoutedMoE.sparse_matmul.<locals>.gmm_up", *MOE_BODY),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "mlp_act",
+        Op(hlo_op="loop_multiply_fusion.2", opcode="fusion", frames=("RoutedMoE.apply_ffn_activation", *MOE_BODY)),
+    ),
+    (
+        "maxtext-frames",
+        "attention",  # attention sinks: the sink logit concatenated to each row's scores
+        Op(
+            kernel="input_concatenate_fusion_7",
+            hlo_op="input_concatenate_fusion.7",
+            opcode="fusion",
+            fused=frozenset({"concatenate", "exponential", "dynamic-slice", "pad", "subtract"}),
+            op_name=f"{OSS_BODY}/mul",
+            frames=("AttentionOp.compute_local_attention", *ATTN_DOT),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "attention",  # the sliding-window / causal mask applied to the logits
+        Op(
+            kernel="input_transpose_fusion_19",
+            hlo_op="input_transpose_fusion.19",
+            opcode="fusion",
+            fused=frozenset({"select", "slice", "transpose", "broadcast"}),
+            op_name=f"{OSS_BODY}/jit(_where)/select_n",
+            frames=("apply_mask_to_logits", *ATTN_DOT),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "attention",  # unfused attention's QK GEMM (a Triton GEMM fusion) is attention, not another GEMM
+        Op(
+            kernel="gemm_fusion_dot_174",
+            hlo_op="gemm_fusion_dot.174",
+            opcode="fusion",
+            fused=frozenset({"dot", "parameter", "select"}),
+            op_name="jit(train_step)/jvp()/while/body/eval_jaxpr/btkgd,bskd->bkgts/dot_general",
+            frames=("AttentionOp.qk_product", *ATTN_DOT),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "attention",  # rotary embedding of q and k
+        Op(
+            kernel="input_transpose_fusion_18",
+            hlo_op="input_transpose_fusion.18",
+            opcode="fusion",
+            op_name=f"{OSS_BODY}/mul",
+            frames=("YarnRotaryEmbedding.__call__", "Attention.apply_rotary_embedding", "Attention.__call__"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "other_gemm",  # a projection's operand transpose: DenseGeneral is inner to Attention
+        Op(
+            kernel="input_transpose_fusion_6",
+            hlo_op="input_transpose_fusion.6",
+            opcode="fusion",
+            fused=frozenset({"bitcast", "parameter", "slice", "transpose"}),
+            op_name="jit(train_step)/jvp()/while/body/eval_jaxpr/dot_general",
+            frames=("_compute_dot_general_nnx", "DenseGeneral.__call__", "Attention.query_projection"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "other_gemm",  # a dense MLP's GEMM stays a GEMM: DenseGeneral is inner to MlpBlock
+        Op(
+            kernel="nvjet_sm90_tst_192x192_64x3_2x1_v_bz_NNT",
+            hlo_op="custom-call.41",
+            opcode="custom-call",
+            target="__cublas$lt$matmul",
+            frames=("_compute_dot_general_nnx", "DenseGeneral.__call__", "MlpBlock.__call__"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "norm",
+        Op(
+            kernel="input_add_reduce_fusion_6",
+            hlo_op="input_add_reduce_fusion.6",
+            opcode="fusion",
+            fused=frozenset({"add", "gather", "multiply", "reduce", "select"}),
+            op_name=f"{OSS_BODY}/reduce_sum",
+            frames=("RMSNorm.__call__", "GptOssDecoderLayer.__call__", "GptOssScannableBlock.__call__"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "embed_loss",
+        Op(
+            hlo_op="input_convert_reduce_fusion.2",
+            opcode="fusion",
+            op_name="jit(train_step)/jvp()/reduce_sum",
+            frames=("_cross_entropy_with_logits_fwd", "loss_fn", "train_step.<locals>.diff_wrapper", "train_step"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "embed_loss",  # the embedding's gradient: a scatter-add of the token rows
+        Op(
+            hlo_op="input_scatter_fusion.14",
+            opcode="fusion",
+            op_name="jit(train_step)/transpose(jvp())/scatter-add",
+            frames=("Embed.__call__", "NNXDecoder.embed_tokens", "NNXDecoder._apply_embedding", "NNXDecoder.__call__"),
+        ),
+    ),
+    (
+        "optimizer-frames",
+        "optimizer",
+        Op(
+            kernel="input_add_reduce_fusion_42",
+            hlo_op="input_add_reduce_fusion.42",
+            opcode="fusion",
+            op_name="jit(train_step)/add",
+            frames=("tree_update_moment_per_elem_norm.<locals>.<lambda>", "tree_update_moment_per_elem_norm", *ADAM),
+        ),
+    ),
+    (
+        "optimizer-frames",
+        "optimizer",  # MaxText's gradient / parameter norm metrics
+        Op(
+            hlo_op="input_add_reduce_fusion.16",
+            opcode="fusion",
+            op_name="jit(train_step)/reduce_sum",
+            frames=("l2norm_pytree.<locals>.<lambda>", "l2norm_pytree", "train_step", "train_loop"),
+        ),
+    ),
+    (
+        "unclaimed",
+        "other",  # a parameter's layout transpose: no frames, its op_name is the parameter's path
+        Op(
+            kernel="wrapped_transpose_11",
+            hlo_op="wrapped_transpose.11",
+            opcode="fusion",
+            fused=frozenset({"parameter", "transpose"}),
+            op_name="state['model']['decoder']['layers']['layers_0']['GptOssMlp']['wi_0'].value",
+        ),
+    ),
+    (
+        "unclaimed",
+        "other",  # the residual add: the decoder layer itself is no bucket (outer frames never claim)
+        Op(
+            hlo_op="loop_add_fusion",
+            opcode="fusion",
+            op_name="jit(train_step)/jvp()/while/body/eval_jaxpr/add",
+            frames=("GptOssDecoderLayer.__call__", "GptOssScannableBlock.__call__", "loss_fn", "train_step"),
+        ),
+    ),
     ("unclaimed", "other", Op(kernel="loop_add_fusion", hlo_op="loop_add_fusion.3", fused=frozenset({"add"}))),
     ("unclaimed", "other", Op(kernel="MemcpyD2D", hlo_op="copy.9", opcode="copy")),  # a device copy is no offload
 ]
@@ -123,6 +302,10 @@ def test_rule_claims_its_case(rule, bucket, op):
 def test_every_rule_has_a_case():
     assert {r.id for r in RULES} | {"unclaimed"} == {c[0] for c in CASES}
     assert {b for b, _, _ in BUCKETS} >= {c[1] for c in CASES}
+
+
+def test_every_bucket_has_its_own_color():
+    assert len(BUCKETS) <= 20  # plots.py gives each bucket one of matplotlib's tab20 colors
 
 
 def test_docs_list_every_rule():
