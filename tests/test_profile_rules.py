@@ -459,3 +459,63 @@ def test_a_command_buffers_kernels_are_told_apart_by_their_names():
         (cb, "other_gemm"),
         (cb, "other"),
     ]
+
+
+# XLA:GPU's thunk dumps beside the HLO (module_<id>.jit_train_step.thunk_*.txt), cut from the gpt-oss trace's.
+THUNK_SEQUENCE = """\
+000: kCommandBuffer [source       | next=074 (1)]
+    001: kCustomKernel [source        | sink         ] loop_add_fusion_14 grid: [1, 1, 1] threads: [1, 1, 1]
+074: kWhile         [prev=000 (1) | next=000 (1)]
+    000: kCommandBuffer      [prev=106 (2)  | next=124 (2) ]
+        110: kCustomKernel   [source       | next=112 (2)] input_transpose_fusion_6 grid: [1024, 1, 1]
+        120: kCublasLtMatmul [prev=118 (2) | next=121 (1)] kCublasLtMatmul
+    124: kCublasLtMatmul     [prev=000 (2)  | next=127 (3) ] kCublasLtMatmul
+    000: kCommandBuffer      [prev=270 (2)  | next=300 (1) ]
+        279: kCublasLtMatmul [source | next=280 (1)] kCublasLtMatmul
+        280: kCublasLtMatmul [prev=279 (1) | sink] kCublasLtMatmul
+"""
+THUNK_METADATA = "".join(
+    f'thunk_metadata {{\n  thunk_info {{\n    profile_annotation: "{name}"\n    thunk_id: {i}\n  }}\n'
+    f'  thunk_kind: "kCublasLtMatmul"\n}}\n'
+    for i, name in ((120, "custom-call.36"), (124, "custom-call.41"), (279, "custom-call.53"), (280, "custom-call.45"))
+)
+
+
+def test_a_command_buffers_cublas_kernels_take_the_bucket_its_gemms_agree_on():
+    buffers = hlo.command_buffer_gemms(THUNK_SEQUENCE, THUNK_METADATA)
+    assert buffers == {
+        "command_buffer_1": (),
+        "command_buffer_110": ("custom-call.36",),  # custom-call.41 runs outside any command buffer
+        "command_buffer_279": ("custom-call.53", "custom-call.45"),
+    }
+    cublas = {"opcode": "custom-call", "target": "__cublas$lt$matmul"}
+    table = {
+        "custom-call.36": hlo.Instruction("custom-call.36", frames=("AttentionOp.wv_product", *ATTN_DOT), **cublas),
+        "custom-call.45": hlo.Instruction("custom-call.45", frames=("AttentionOp.qk_product", *ATTN_DOT), **cublas),
+        "custom-call.53": hlo.Instruction(
+            "custom-call.53", frames=("_compute_dot_general_nnx", "DenseGeneral.__call__"), **cublas
+        ),
+    }
+    line, nvjet = "Stream #14(Kernel)", "nvjet_sm90_tst_256x64_64x5_2x1_v_bz_TNT"
+    events = [
+        Event("gpu:0", line, 0, 3e6, nvjet, "command_buffer_110", "jit_train_step"),  # its one GEMM: attention's PV
+        Event("gpu:0", line, 3e6, 4e6, "MemcpyD2D", "command_buffer_110", "jit_train_step"),  # no GEMM kernel
+        Event("gpu:0", line, 4e6, 6e6, nvjet, "command_buffer_279", "jit_train_step"),  # QK or a projection: unknown
+    ]
+    out = profile.device_breakdown(events, {"jit_train_step": table}, 1, 1, {"jit_train_step": buffers})
+    b = out["steps"][0]["buckets_s"]
+    assert b["attention"] == pytest.approx(3e-3) and b["other"] == pytest.approx(1e-3)
+    assert b["other_gemm"] == pytest.approx(2e-3)
+    assert ("custom-call.36", "attention") in [(o["op"], o["bucket"]) for o in out["largest_ops"]]
+
+
+def test_the_thunk_dumps_are_found_beside_the_hlo_dump(tmp_path):
+    dump = tmp_path / "module_30526.jit_train_step.sm_9.0a_gpu_after_optimizations.txt"
+    dump.write_text("HloModule jit_train_step\n")
+    assert hlo.find_thunks(dump) is None  # XLA:CPU writes no thunk dumps
+    for name in (hlo.THUNK_SEQUENCE, hlo.THUNK_METADATA):
+        (tmp_path / f"module_30526.jit_train_step.{name}").write_text("")
+    assert [p.name for p in hlo.find_thunks(dump)] == [
+        "module_30526.jit_train_step.thunk_sequence_after_thunk_passes.txt",
+        "module_30526.jit_train_step.thunk_metadata.txt",
+    ]

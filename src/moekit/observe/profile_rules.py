@@ -214,6 +214,11 @@ def _is_gemm(op: Op) -> bool:
 _GEMM_KERNEL = re.compile(r"nvjet|xmma_gemm|s\d+gemm|gemm_|_gemm|cutlass|cublas", re.IGNORECASE)
 
 
+def is_gemm_kernel(name: str) -> bool:
+    """A kernel name that is a GEMM's (cuBLAS, CUTLASS, XLA's Triton GEMM fusions)."""
+    return bool(_GEMM_KERNEL.search(name))
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One rule of the table: its id, the bucket it assigns, why, and which operations it claims."""
