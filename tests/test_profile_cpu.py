@@ -63,7 +63,8 @@ def test_smoke_breakdown_has_the_moe_buckets_and_adds_up(one):
     assert device["process"] == 0 and device["module"] == "jit_train_step" and device["hlo_dump"]
     assert device["segmentation"] == "run_id" and [s["step"] for s in device["steps"]] == [3, 4, 5]
     mean = prof["mean"]
-    for bucket in ("grouped_gemm", "dispatch", "combine"):
+    # What the smoke model runs besides its MoE layers has named buckets too (MaxText's frames in XLA:CPU's dump).
+    for bucket in ("grouped_gemm", "dispatch", "combine", "mlp_act", "attention", "norm", "embed_loss", "optimizer"):
         assert mean["buckets_s"][bucket] > 0, bucket
     for step in device["steps"]:
         total = sum(step["buckets_s"].values()) + step["idle_s"]

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import REPO
 from moekit import worker
-from moekit.observe import breakdown, profile
+from moekit.observe import breakdown, hlo, profile
 from moekit.observe.profile_rules import BUCKETS, RULES, Op, classify, is_container
 from moekit.observe.trace import Event
 
@@ -21,6 +21,12 @@ GMM = ("RoutedMoE.sparse_matmul.<locals>.jax_ragged_dot_gmm", "RoutedMoE.sparse_
 SORT_IN_PERMUTE = ("_sort_activations", "RoutedMoE.permute", "RoutedMoE.sparse_matmul.<locals>.route")
 SORT_IN_UNPERMUTE = ("_sort_activations", "RoutedMoE.unpermute", "RoutedMoE.sparse_matmul.<locals>._moe_body")
 NCCL_SENDRECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+# gpt-oss proxy, moe=te_gmm, on one H200 (jax 0.11.2, MaxText 0.2.5, 2026-12-04): what XLA's dump says about the
+# largest operations of its traced step (frames innermost first, cut after four).
+OSS_BODY = "jit(train_step)/transpose(jvp())/while/body/eval_jaxpr/checkpoint"
+MOE_BODY = ("RoutedMoE.sparse_matmul.<locals>._moe_body", "RoutedMoE.sparse_matmul")
+ATTN_DOT = ("AttentionOp.apply_attention_dot", "AttentionOp.apply_attention", "AttentionOp.__call__")
+ADAM = ("scale_by_adam.<locals>.update_fn", "with_extra_args_support.<locals>.update", "chain.<locals>.update_fn")
 
 # (rule that must claim it, bucket, the operation)
 CASES = [
@@ -110,6 +116,179 @@ CASES = [
         Op(kernel="ynn_fusion.169", hlo_op="ynn_fusion.169", fused=frozenset({"dot", "parameter"})),
     ),
     ("gemms", "other_gemm", Op(kernel="gemm_fusion_dot_12_0", hlo_op="gemm_fusion_dot.12")),
+    (
+        "te-gmm-bias-scope",
+        "mlp_act",  # the expert-bias gradient as moe=te_gmm computes it: a one-hot matmul, yet bias work
+        Op(
+            kernel="gemm_fusion_dot_187",
+            hlo_op="gemm_fusion_dot.187",
+            opcode="fusion",
+            fused=frozenset({"bitcast", "convert", "dot", "parameter"}),
+            op_name=f"{OSS_BODY}/moekit_expert_bias/moekit_expert_bias/me,mf->ef/dot_general",
+            frames=("transform_bias.<locals>.<genexpr>", "transform_bias", *MOE_BODY),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "mlp_act",  # bias rows, padding-row mask and the clamped SwiGLU's gradient, fused in one kernel
+        Op(
+            kernel="loop_select_fusion_5",
+            hlo_op="loop_select_fusion.5",
+            opcode="fusion",
+            fused=frozenset({"add", "clamp", "exponential", "divide", "gather", "select", "multiply"}),
+            op_name=f"{OSS_BODY}/jit(_where)/select_n",
+            frames=("RoutedMoE.sparse_matmul.<locals>.gmm_up", *MOE_BODY),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "mlp_act",
+        Op(hlo_op="loop_multiply_fusion.2", opcode="fusion", frames=("RoutedMoE.apply_ffn_activation", *MOE_BODY)),
+    ),
+    (
+        "maxtext-frames",
+        "attention",  # attention sinks: the sink logit concatenated to each row's scores
+        Op(
+            kernel="input_concatenate_fusion_7",
+            hlo_op="input_concatenate_fusion.7",
+            opcode="fusion",
+            fused=frozenset({"concatenate", "exponential", "dynamic-slice", "pad", "subtract"}),
+            op_name=f"{OSS_BODY}/mul",
+            frames=("AttentionOp.compute_local_attention", *ATTN_DOT),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "attention",  # the sliding-window / causal mask applied to the logits
+        Op(
+            kernel="input_transpose_fusion_19",
+            hlo_op="input_transpose_fusion.19",
+            opcode="fusion",
+            fused=frozenset({"select", "slice", "transpose", "broadcast"}),
+            op_name=f"{OSS_BODY}/jit(_where)/select_n",
+            frames=("apply_mask_to_logits", *ATTN_DOT),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "attention",  # unfused attention's QK GEMM (a Triton GEMM fusion) is attention, not another GEMM
+        Op(
+            kernel="gemm_fusion_dot_174",
+            hlo_op="gemm_fusion_dot.174",
+            opcode="fusion",
+            fused=frozenset({"dot", "parameter", "select"}),
+            op_name="jit(train_step)/jvp()/while/body/eval_jaxpr/btkgd,bskd->bkgts/dot_general",
+            frames=("AttentionOp.qk_product", *ATTN_DOT),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "attention",  # rotary embedding of q and k
+        Op(
+            kernel="input_transpose_fusion_18",
+            hlo_op="input_transpose_fusion.18",
+            opcode="fusion",
+            op_name=f"{OSS_BODY}/mul",
+            frames=("YarnRotaryEmbedding.__call__", "Attention.apply_rotary_embedding", "Attention.__call__"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "other_gemm",  # a projection's operand transpose: DenseGeneral is inner to Attention
+        Op(
+            kernel="input_transpose_fusion_6",
+            hlo_op="input_transpose_fusion.6",
+            opcode="fusion",
+            fused=frozenset({"bitcast", "parameter", "slice", "transpose"}),
+            op_name="jit(train_step)/jvp()/while/body/eval_jaxpr/dot_general",
+            frames=("_compute_dot_general_nnx", "DenseGeneral.__call__", "Attention.query_projection"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "other_gemm",  # a dense MLP's GEMM stays a GEMM: DenseGeneral is inner to MlpBlock
+        Op(
+            kernel="nvjet_sm90_tst_192x192_64x3_2x1_v_bz_NNT",
+            hlo_op="custom-call.41",
+            opcode="custom-call",
+            target="__cublas$lt$matmul",
+            frames=("_compute_dot_general_nnx", "DenseGeneral.__call__", "MlpBlock.__call__"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "norm",
+        Op(
+            kernel="input_add_reduce_fusion_6",
+            hlo_op="input_add_reduce_fusion.6",
+            opcode="fusion",
+            fused=frozenset({"add", "gather", "multiply", "reduce", "select"}),
+            op_name=f"{OSS_BODY}/reduce_sum",
+            frames=("RMSNorm.__call__", "GptOssDecoderLayer.__call__", "GptOssScannableBlock.__call__"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "embed_loss",
+        Op(
+            hlo_op="input_convert_reduce_fusion.2",
+            opcode="fusion",
+            op_name="jit(train_step)/jvp()/reduce_sum",
+            frames=("_cross_entropy_with_logits_fwd", "loss_fn", "train_step.<locals>.diff_wrapper", "train_step"),
+        ),
+    ),
+    (
+        "maxtext-frames",
+        "embed_loss",  # the embedding's gradient: a scatter-add of the token rows
+        Op(
+            hlo_op="input_scatter_fusion.14",
+            opcode="fusion",
+            op_name="jit(train_step)/transpose(jvp())/scatter-add",
+            frames=("Embed.__call__", "NNXDecoder.embed_tokens", "NNXDecoder._apply_embedding", "NNXDecoder.__call__"),
+        ),
+    ),
+    (
+        "optimizer-frames",
+        "optimizer",
+        Op(
+            kernel="input_add_reduce_fusion_42",
+            hlo_op="input_add_reduce_fusion.42",
+            opcode="fusion",
+            op_name="jit(train_step)/add",
+            frames=("tree_update_moment_per_elem_norm.<locals>.<lambda>", "tree_update_moment_per_elem_norm", *ADAM),
+        ),
+    ),
+    (
+        "optimizer-frames",
+        "optimizer",  # MaxText's gradient / parameter norm metrics
+        Op(
+            hlo_op="input_add_reduce_fusion.16",
+            opcode="fusion",
+            op_name="jit(train_step)/reduce_sum",
+            frames=("l2norm_pytree.<locals>.<lambda>", "l2norm_pytree", "train_step", "train_loop"),
+        ),
+    ),
+    (
+        "unclaimed",
+        "other",  # a parameter's layout transpose: no frames, its op_name is the parameter's path
+        Op(
+            kernel="wrapped_transpose_11",
+            hlo_op="wrapped_transpose.11",
+            opcode="fusion",
+            fused=frozenset({"parameter", "transpose"}),
+            op_name="state['model']['decoder']['layers']['layers_0']['GptOssMlp']['wi_0'].value",
+        ),
+    ),
+    (
+        "unclaimed",
+        "other",  # the residual add: the decoder layer itself is no bucket (outer frames never claim)
+        Op(
+            hlo_op="loop_add_fusion",
+            opcode="fusion",
+            op_name="jit(train_step)/jvp()/while/body/eval_jaxpr/add",
+            frames=("GptOssDecoderLayer.__call__", "GptOssScannableBlock.__call__", "loss_fn", "train_step"),
+        ),
+    ),
     ("unclaimed", "other", Op(kernel="loop_add_fusion", hlo_op="loop_add_fusion.3", fused=frozenset({"add"}))),
     ("unclaimed", "other", Op(kernel="MemcpyD2D", hlo_op="copy.9", opcode="copy")),  # a device copy is no offload
 ]
@@ -123,6 +302,10 @@ def test_rule_claims_its_case(rule, bucket, op):
 def test_every_rule_has_a_case():
     assert {r.id for r in RULES} | {"unclaimed"} == {c[0] for c in CASES}
     assert {b for b, _, _ in BUCKETS} >= {c[1] for c in CASES}
+
+
+def test_every_bucket_has_its_own_color():
+    assert len(BUCKETS) <= 20  # plots.py gives each bucket one of matplotlib's tab20 colors
 
 
 def test_docs_list_every_rule():
@@ -247,3 +430,95 @@ def test_untraced_steps_leave_out_warm_up_and_the_windows_edges():
     # With the run's own verdict (its events), exactly the steps it counted.
     out = profile.maxtext_step_times(rows, first_step=3, expected=3, counted=[2, 8, 9])
     assert out["untraced_steps"] == [2, 8, 9]
+
+
+def test_a_command_buffers_kernels_are_told_apart_by_their_names():
+    """XLA:GPU records runs of thunks as CUDA graphs: the trace's hlo_op then names the command buffer, and the
+    kernel name (the instruction's, `.` made `_`) says which fusion ran (gpt-oss on an H200, 2026-12-04)."""
+    table = {
+        "input_concatenate_fusion.7": hlo.Instruction(
+            "input_concatenate_fusion.7",
+            "fusion",
+            "jit(train_step)/transpose(jvp())/while/body/eval_jaxpr/checkpoint/mul",
+            ("AttentionOp.compute_local_attention", "AttentionOp.apply_attention_dot"),
+            frozenset({"concatenate", "exponential", "reduce"}),
+        ),
+        "fusion.1": hlo.Instruction("fusion.1", "fusion"),
+        "fusion_1": hlo.Instruction("fusion_1", "fusion"),  # two instructions, one kernel name: left unresolved
+    }
+    assert set(hlo.by_kernel(table)) == {"input_concatenate_fusion_7"}
+    cb = "command_buffer_415"
+    events = [
+        Event("gpu:0", "Stream #14(Kernel)", 0, 4e6, "input_concatenate_fusion_7", cb, "jit_train_step", 30526),
+        Event("gpu:0", "Stream #14(Kernel)", 4e6, 5e6, "nvjet_sm90_tst_144x128_64x6_h_bz_TTN", cb, "jit_train_step"),
+        Event("gpu:0", "Stream #14(Kernel)", 5e6, 6e6, "fusion_1", cb, "jit_train_step"),
+    ]
+    out = profile.device_breakdown(events, {"jit_train_step": table}, first_step=1, expected=1)
+    b = out["steps"][0]["buckets_s"]
+    assert b["attention"] == pytest.approx(4e-3) and b["other_gemm"] == pytest.approx(1e-3)
+    assert b["other"] == pytest.approx(1e-3)
+    assert [(o["op"], o["bucket"]) for o in out["largest_ops"]] == [
+        ("input_concatenate_fusion.7", "attention"),
+        (cb, "other_gemm"),
+        (cb, "other"),
+    ]
+
+
+# XLA:GPU's thunk dumps beside the HLO (module_<id>.jit_train_step.thunk_*.txt), cut from the gpt-oss trace's.
+THUNK_SEQUENCE = """\
+000: kCommandBuffer [source       | next=074 (1)]
+    001: kCustomKernel [source        | sink         ] loop_add_fusion_14 grid: [1, 1, 1] threads: [1, 1, 1]
+074: kWhile         [prev=000 (1) | next=000 (1)]
+    000: kCommandBuffer      [prev=106 (2)  | next=124 (2) ]
+        110: kCustomKernel   [source       | next=112 (2)] input_transpose_fusion_6 grid: [1024, 1, 1]
+        120: kCublasLtMatmul [prev=118 (2) | next=121 (1)] kCublasLtMatmul
+    124: kCublasLtMatmul     [prev=000 (2)  | next=127 (3) ] kCublasLtMatmul
+    000: kCommandBuffer      [prev=270 (2)  | next=300 (1) ]
+        279: kCublasLtMatmul [source | next=280 (1)] kCublasLtMatmul
+        280: kCublasLtMatmul [prev=279 (1) | sink] kCublasLtMatmul
+"""
+THUNK_METADATA = "".join(
+    f'thunk_metadata {{\n  thunk_info {{\n    profile_annotation: "{name}"\n    thunk_id: {i}\n  }}\n'
+    f'  thunk_kind: "kCublasLtMatmul"\n}}\n'
+    for i, name in ((120, "custom-call.36"), (124, "custom-call.41"), (279, "custom-call.53"), (280, "custom-call.45"))
+)
+
+
+def test_a_command_buffers_cublas_kernels_take_the_bucket_its_gemms_agree_on():
+    buffers = hlo.command_buffer_gemms(THUNK_SEQUENCE, THUNK_METADATA)
+    assert buffers == {
+        "command_buffer_1": (),
+        "command_buffer_110": ("custom-call.36",),  # custom-call.41 runs outside any command buffer
+        "command_buffer_279": ("custom-call.53", "custom-call.45"),
+    }
+    cublas = {"opcode": "custom-call", "target": "__cublas$lt$matmul"}
+    table = {
+        "custom-call.36": hlo.Instruction("custom-call.36", frames=("AttentionOp.wv_product", *ATTN_DOT), **cublas),
+        "custom-call.45": hlo.Instruction("custom-call.45", frames=("AttentionOp.qk_product", *ATTN_DOT), **cublas),
+        "custom-call.53": hlo.Instruction(
+            "custom-call.53", frames=("_compute_dot_general_nnx", "DenseGeneral.__call__"), **cublas
+        ),
+    }
+    line, nvjet = "Stream #14(Kernel)", "nvjet_sm90_tst_256x64_64x5_2x1_v_bz_TNT"
+    events = [
+        Event("gpu:0", line, 0, 3e6, nvjet, "command_buffer_110", "jit_train_step"),  # its one GEMM: attention's PV
+        Event("gpu:0", line, 3e6, 4e6, "MemcpyD2D", "command_buffer_110", "jit_train_step"),  # no GEMM kernel
+        Event("gpu:0", line, 4e6, 6e6, nvjet, "command_buffer_279", "jit_train_step"),  # QK or a projection: unknown
+    ]
+    out = profile.device_breakdown(events, {"jit_train_step": table}, 1, 1, {"jit_train_step": buffers})
+    b = out["steps"][0]["buckets_s"]
+    assert b["attention"] == pytest.approx(3e-3) and b["other"] == pytest.approx(1e-3)
+    assert b["other_gemm"] == pytest.approx(2e-3)
+    assert ("custom-call.36", "attention") in [(o["op"], o["bucket"]) for o in out["largest_ops"]]
+
+
+def test_the_thunk_dumps_are_found_beside_the_hlo_dump(tmp_path):
+    dump = tmp_path / "module_30526.jit_train_step.sm_9.0a_gpu_after_optimizations.txt"
+    dump.write_text("HloModule jit_train_step\n")
+    assert hlo.find_thunks(dump) is None  # XLA:CPU writes no thunk dumps
+    for name in (hlo.THUNK_SEQUENCE, hlo.THUNK_METADATA):
+        (tmp_path / f"module_30526.jit_train_step.{name}").write_text("")
+    assert [p.name for p in hlo.find_thunks(dump)] == [
+        "module_30526.jit_train_step.thunk_sequence_after_thunk_passes.txt",
+        "module_30526.jit_train_step.thunk_metadata.txt",
+    ]

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 AFTER_OPTIMIZATIONS = "after_optimizations.txt"  # module_<id>.<name>.<backend>_after_optimizations.txt
+THUNK_SEQUENCE = "thunk_sequence_after_thunk_passes.txt"  # module_<id>.<name>.<this>: XLA:GPU's thunks, nested
+THUNK_METADATA = "thunk_metadata.txt"  # module_<id>.<name>.<this>: each thunk's id and instruction
+GEMM_THUNKS = frozenset({"kCublasLtMatmul", "kGemm"})
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
@@ -144,6 +147,60 @@ def parse(text: str) -> dict[str, Instruction]:
     return out
 
 
+def kernel_name(instruction: str) -> str:
+    """The name XLA:GPU gives the kernel it emits for an instruction: the name with `.` and `-` made `_`."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", instruction)
+
+
+def by_kernel(table: dict[str, Instruction]) -> dict[str, Instruction]:
+    """Kernel name -> the instruction that emitted it, for names only one instruction gives.
+
+    Inside a command buffer (a CUDA graph XLA:GPU records for a run of thunks) the trace's hlo_op names the command
+    buffer (command_buffer_415), not the instruction; the kernel name still says which fusion ran. cuBLAS kernels
+    (nvjet_*) carry no instruction name and stay unresolved.
+    """
+    names: dict[str, list[Instruction]] = {}
+    for ins in table.values():
+        names.setdefault(kernel_name(ins.name), []).append(ins)
+    return {k: found[0] for k, found in names.items() if len(found) == 1}
+
+
+_THUNK_LINE = re.compile(r"^(\s*)(\d+): (k\w+)")
+_METADATA = re.compile(r"thunk_metadata \{(.*?)\n\}", re.S)
+
+
+def command_buffer_gemms(sequence: str, metadata: str) -> dict[str, tuple[str, ...]]:
+    """Command buffer -> the instructions of the cuBLAS GEMMs it runs, from XLA:GPU's thunk dumps (pure).
+
+    The thunk sequence nests each command buffer's thunks under it; XLA names a command buffer after its first
+    thunk's id (command_buffer_110 starts with thunk 110), and the metadata gives each thunk id its instruction.
+    """
+    instruction = {}
+    for block in _METADATA.findall(metadata):
+        thunk, annotation = re.search(r"thunk_id: (\d+)", block), re.search(r'profile_annotation: "([^"]*)"', block)
+        if thunk and annotation:
+            instruction[int(thunk.group(1))] = annotation.group(1)
+    out: dict[str, list[str]] = {}
+    block_indent, gemms = -1, None
+    for line in sequence.splitlines():
+        m = _THUNK_LINE.match(line)
+        if not m:
+            continue
+        indent, thunk, kind = len(m.group(1)), int(m.group(2)), m.group(3)
+        if gemms is not None and indent <= block_indent:
+            gemms = None  # the command buffer's thunks ended
+        if kind == "kCommandBuffer":
+            block_indent, gemms = indent, []
+            first = True
+            continue
+        if gemms is not None:
+            if first:
+                out[f"command_buffer_{thunk}"], first = gemms, False
+            if kind in GEMM_THUNKS and thunk in instruction:
+                gemms.append(instruction[thunk])
+    return {name: tuple(found) for name, found in out.items()}
+
+
 def find_dump(folder: Path, module: str, program_id: int | None) -> Path | None:
     """The after-optimizations dump of `module` (program_id: XLA's unique module id, which names the file)."""
     if not folder.is_dir():
@@ -154,6 +211,13 @@ def find_dump(folder: Path, module: str, program_id: int | None) -> Path | None:
         if exact:
             return exact[0]
     return found[-1] if found else None
+
+
+def find_thunks(dump: Path) -> tuple[Path, Path] | None:
+    """The thunk sequence and metadata XLA:GPU wrote beside an after-optimizations dump (none on CPU)."""
+    prefix = ".".join(dump.name.split(".")[:2])  # module_<id>.<name>
+    found = (dump.with_name(f"{prefix}.{THUNK_SEQUENCE}"), dump.with_name(f"{prefix}.{THUNK_METADATA}"))
+    return found if all(p.is_file() for p in found) else None
 
 
 def load(folder: Path, module: str, program_id: int | None) -> dict[str, Instruction]:

@@ -7,6 +7,7 @@ docs/profiling.md explains the buckets, the rules and how CPU and GPU traces dif
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 from moekit import rundir
 from moekit.observe import breakdown, hlo, metrics, steady, trace
-from moekit.observe.profile_rules import BUCKETS, KIND, Op, classify, is_container
+from moekit.observe.profile_rules import BUCKETS, KIND, Op, classify, is_container, is_gemm_kernel
 from moekit.observe.trace import Event
 
 TRACE_DIR = "trace"
@@ -77,38 +78,67 @@ def executions(events: Sequence[Event], expected: int) -> tuple[list[list[Event]
     return [ordered], "whole window" if expected > 1 else "one step"
 
 
-def _op(e: Event, table: dict[str, hlo.Instruction]) -> Op:
-    ins = table.get(e.hlo_op)
+def _op(
+    e: Event,
+    table: dict[str, hlo.Instruction],
+    kernels: dict[str, hlo.Instruction],
+    buffers: dict[str, tuple[str, ...]],
+) -> Op:
+    ins = table.get(e.hlo_op) or kernels.get(e.name)  # a command buffer's kernel: its name says the instruction
+    if ins is None and is_gemm_kernel(e.name):
+        ins = _buffer_gemm(e, table, buffers.get(e.hlo_op, ()))
     if ins is None:  # undumped: what the trace itself says
         return Op(kernel=e.name, hlo_op=e.hlo_op, op_name=e.op_name, details=e.details)
-    return Op(e.name, e.hlo_op, ins.opcode, ins.fused, ins.target, ins.op_name, ins.frames, e.details)
+    return Op(e.name, ins.name, ins.opcode, ins.fused, ins.target, ins.op_name, ins.frames, e.details)
+
+
+def _buffer_gemm(e: Event, table: dict[str, hlo.Instruction], gemms: tuple[str, ...]) -> hlo.Instruction | None:
+    """A cuBLAS kernel inside a command buffer names no instruction: the buffer's GEMMs decide when they agree.
+
+    One GEMM: that instruction. Several in one bucket: the first, under the buffer's name (which of them ran is
+    not known). Several buckets (attention's PV next to a projection): none, it stays a GEMM of unknown origin.
+    """
+    found = [table[g] for g in gemms if g in table]
+    if not found or len(found) < len(gemms):
+        return None
+    ops = [Op(e.name, i.name, i.opcode, i.fused, i.target, i.op_name, i.frames) for i in found]
+    if len({classify(op)[0] for op in ops}) > 1:
+        return None
+    first = found[0]
+    return first if len(found) == 1 else dataclasses.replace(first, name=e.hlo_op)
 
 
 def device_breakdown(
-    events: Sequence[Event], tables: dict[str, dict[str, hlo.Instruction]], first_step: int, expected: int
+    events: Sequence[Event],
+    tables: dict[str, dict[str, hlo.Instruction]],
+    first_step: int,
+    expected: int,
+    buffers: dict[str, dict[str, tuple[str, ...]]] | None = None,
 ) -> dict[str, Any]:
-    """Per-step breakdown of one device's events (tables: module -> its HLO instructions)."""
+    """Per-step breakdown of one device's events (tables: module -> its HLO instructions; buffers: module ->
+    command buffer -> the instructions of its cuBLAS GEMMs)."""
     busy: dict[str, float] = defaultdict(float)
     for e in events:
         busy[e.module] += e.end_ns - e.start_ns
     module = max(busy, key=busy.get) if busy else ""
     groups, how = executions([e for e in events if e.module == module], expected)
     groups = [g for g in groups if g]
-    cache: dict[tuple[str, str, str], tuple[str, str, bool, str]] = {}
+    kernels = {m: hlo.by_kernel(table) for m, table in tables.items()}
+    cache: dict[tuple[str, str, str], tuple[str, str, bool, str, str]] = {}
     per_line: dict[str, list[tuple[float, float, str, str]]] = defaultdict(list)
     rule_time: dict[str, float] = defaultdict(float)
     census: dict[tuple[str, str], list] = {}  # (op, bucket) -> [kernel, rule, op_name, seconds]
     for e in events:
         key = (e.module, e.hlo_op, e.name)
         if key not in cache:
-            op = _op(e, tables.get(e.module, {}))
-            cache[key] = (*classify(op), is_container(op), op.op_name)
-        bucket, rule, container, op_name = cache[key]
+            op = _op(e, tables.get(e.module, {}), kernels.get(e.module, {}), (buffers or {}).get(e.module, {}))
+            cache[key] = (*classify(op), is_container(op), op.op_name, op.hlo_op or op.kernel)
+        bucket, rule, container, op_name, instruction = cache[key]
         per_line[e.line].append((e.start_ns, e.end_ns, bucket, "container" if container else KIND[bucket]))
         if container:
             continue
         rule_time[rule] += e.end_ns - e.start_ns
-        entry = census.setdefault((e.hlo_op or e.name, bucket), [e.name, rule, op_name, 0.0])
+        entry = census.setdefault((instruction, bucket), [e.name, rule, op_name, 0.0])
         entry[3] += e.end_ns - e.start_ns
     spans = [s for line in per_line.values() for s in breakdown.exclusive(line)]
     starts = [min(e.start_ns for e in g) for g in groups]
@@ -184,16 +214,20 @@ def analyze(run: Path, first_step: int, expected: int, metric_step_times: dict[i
         sources += [str(f) for f in files]
         folder = run / rundir.PROFILE_DIR / HLO_DIR / f"process_{process}"
         tables: dict[str, dict[str, hlo.Instruction]] = {}
+        buffers: dict[str, dict[str, tuple[str, ...]]] = {}
         for module, program in {(e.module, e.program_id) for e in events if e.module}:
             found = hlo.find_dump(folder, module, program)
             if found and module not in tables:
                 tables[module] = hlo.parse(found.read_text(encoding="utf8", errors="replace"))
                 dumps.append(str(found))
+                thunks = hlo.find_thunks(found)
+                if thunks:
+                    buffers[module] = hlo.command_buffer_gemms(*(p.read_text(errors="replace") for p in thunks))
         by_device: dict[str, list[Event]] = defaultdict(list)
         for e in events:
             by_device[e.device].append(e)
         for device, evs in sorted(by_device.items()):
-            one = device_breakdown(evs, tables, first_step, expected)
+            one = device_breakdown(evs, tables, first_step, expected, buffers)
             for s in one["steps"]:
                 if isinstance(s["step"], int) and s["step"] in metric_step_times:
                     s["maxtext_step_time_s"] = metric_step_times[s["step"]]

@@ -15,10 +15,14 @@ from dataclasses import dataclass
 # (bucket, label, kind): display order; kind decides how overlapping time is shared (compute wins over the rest).
 BUCKETS: tuple[tuple[str, str, str], ...] = (
     ("grouped_gemm", "routed-expert grouped GEMM", "compute"),
+    ("mlp_act", "MLP activations and biases", "compute"),
     ("dispatch", "dispatch (router, sort/permute, gather)", "compute"),
     ("combine", "combine (unpermute, weighted sum, scatter)", "compute"),
-    ("attention", "attention", "compute"),
+    ("attention", "attention (core, masks, sinks, rotary)", "compute"),
     ("other_gemm", "other GEMMs", "compute"),
+    ("norm", "normalization (RMSNorm)", "compute"),
+    ("embed_loss", "embedding lookup and loss", "compute"),
+    ("optimizer", "optimizer update and norms", "compute"),
     ("all_to_all", "all-to-all / ragged all-to-all", "collective"),
     ("all_gather", "all-gather", "collective"),
     ("reduce_scatter", "reduce-scatter", "collective"),
@@ -130,7 +134,33 @@ MAXTEXT_FRAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
     ("combine", ("RoutedMoE.unpermute", "RoutedMoE.sparse_matmul.<locals>.unsort_output_and_ra2a")),
-    ("attention", ("AttentionOp.",)),
+    # The routed experts' element-wise work between the GEMMs: bias rows (gathered per row, their gradient a
+    # scatter-add), the activation (SwiGLU, clamped under mlp_activations_limit), the masks of padding rows.
+    (
+        "mlp_act",
+        (
+            "RoutedMoE.apply_ffn_activation",
+            "RoutedMoE.transform_bias",
+            "RoutedMoE.sparse_matmul.<locals>.gmm_up",
+            "RoutedMoE.sparse_matmul.<locals>._moe_body",
+            "MlpBlock.__call__",
+        ),
+    ),
+    # The core (QK, masks: causal, sliding window, chunked; sinks; softmax; PV) and what Attention itself does
+    # around it (rotary embedding of q and k); the projections run in DenseGeneral (below).
+    ("attention", ("AttentionOp.", "Attention.", "MLA.")),
+    # Every projection (q/k/v/out, a dense MLP's wi/wo, the output head), with the transposes of its operands.
+    ("other_gemm", ("DenseGeneral.__call__",)),
+    ("norm", ("RMSNorm.", "GlobalRMSNorm.", "Qwen3NextRMSNormGated.")),
+    (
+        "embed_loss",
+        (
+            "Embed.__call__",
+            "cross_entropy_with_logits",
+            "_cross_entropy_with_logits_fwd",
+            "_cross_entropy_with_logits_bwd",
+        ),
+    ),
 )
 _FRAME_OF = {f: bucket for bucket, fs in MAXTEXT_FRAMES for f in fs}
 _ANY_MAXTEXT_FRAME = _frames(*_FRAME_OF)
@@ -141,6 +171,21 @@ def _frame_bucket(op: Op) -> str | None:
     if frame is None:
         return None
     return _FRAME_OF.get(frame) or next(b for f, b in _FRAME_OF.items() if f.endswith(".") and frame.startswith(f))
+
+
+# The optimizer step around optax (flax's nnx.Optimizer / MaxText's TrainState) and MaxText's gradient clipping and
+# norm metrics: any of these among the frames, since none of them calls model code.
+OPTIMIZER_FRAMES = (
+    "TrainStateNNX.apply_gradients",
+    "TrainState.apply_gradients",
+    "Optimizer.update",
+    "apply_updates",
+    "chain.<locals>.update_fn",
+    "apply_gradient_clipping",
+    "clip_by_global_norm.",
+    "l2norm_pytree",
+)
+_OPTIMIZER = _frames(*OPTIMIZER_FRAMES)
 
 
 def _scope(*names: str) -> Callable[[Op], bool]:
@@ -167,6 +212,11 @@ def _is_gemm(op: Op) -> bool:
 
 # cuBLAS / cuBLASLt (nvjet_* on Hopper and later, sm90_xmma_*), CUTLASS, and XLA's Triton GEMM fusions.
 _GEMM_KERNEL = re.compile(r"nvjet|xmma_gemm|s\d+gemm|gemm_|_gemm|cutlass|cublas", re.IGNORECASE)
+
+
+def is_gemm_kernel(name: str) -> bool:
+    """A kernel name that is a GEMM's (cuBLAS, CUTLASS, XLA's Triton GEMM fusions)."""
+    return bool(_GEMM_KERNEL.search(name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +295,12 @@ RULES: tuple[Rule, ...] = (
         "FP8 alignment) around the grouped GEMM",
         _scope("moekit_ragged_dot"),
     ),
+    Rule(
+        "te-gmm-bias-scope",
+        "mlp_act",
+        "named scope moekit_expert_bias: moe=te_gmm's expert-bias rows and their gradient (a one-hot matmul)",
+        _scope("moekit_expert_bias"),
+    ),
     # MaxText's own code: the Python function that built the op (HLO dump stack frames), innermost first.
     Rule(
         "maxtext-frames",
@@ -252,6 +308,12 @@ RULES: tuple[Rule, ...] = (
         "the innermost MaxText function among the op's source frames: "
         + "; ".join(f"{b}: {', '.join(fs)}" for b, fs in MAXTEXT_FRAMES),
         lambda op: _frame_bucket(op) is not None,
+    ),
+    Rule(
+        "optimizer-frames",
+        "optimizer",
+        "the optimizer step among the op's frames: " + ", ".join(OPTIMIZER_FRAMES),
+        lambda op: _OPTIMIZER(op) is not None,
     ),
     # MaxText's named scopes (moe.py dense_matmul; GPU traces carry op names even without a dump).
     Rule(
