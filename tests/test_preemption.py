@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, free_port, live_workers, moekit, recorded_steps
+from moekit.observe import events
 from moekit.run import preemption, watchdog
 
 STEPS = 20
@@ -46,6 +47,44 @@ def test_watchdog_counts_from_the_last_step():
     assert "no step finished for 11 s (bound 10 s, run.stall_timeout_s)" == w.stalled(now=61.0)
     w.step_done(now=61.0)
     assert w.stalled(now=70.0) is None
+
+
+def test_watchdog_waits_for_a_checkpoint_save_and_counts_from_its_end():
+    """One H200 (2026-12-04): the save of a 33 GiB state took over a minute with no step meanwhile, and a bound
+    derived from 1 s steps (60 s) stopped the run as hung. A save or restore under way is not a stall."""
+    io: list = [None]
+    w = watchdog.Watchdog(None, started=0.0, io=lambda: io[0])
+    w.step_done(now=100.0)  # compile: bound max(60, 100) = 100 s
+    w.step_done(now=101.0)
+    io[0] = ("save", 150.0, True)  # began 150 s ago, still writing
+    assert w.stalled(now=260.0) is None
+    io[0] = ("save", 30.0, False)  # ended 30 s ago: the clock counts from there
+    assert w.stalled(now=400.0) is None
+    io[0] = ("save", 120.0, False)
+    assert (
+        w.stalled(now=490.0) == "no step finished for 120 s after a checkpoint save ended (bound 100 s, derived "
+        "from the step times so far)"
+    )
+    io[0] = ("save", 500.0, False)  # the save ended before the last step: the step clock decides
+    assert w.stalled(now=290.0).startswith("no step finished for 189 s (bound 100 s")
+    io[0] = ("restore", watchdog.IO_BOUND_S + 1, True)  # a restore that never ends is a hang too
+    assert (
+        w.stalled(now=5000.0) == f"a checkpoint restore has not finished for {watchdog.IO_BOUND_S + 1:.0f} s "
+        f"(bound {watchdog.IO_BOUND_S:.0f} s)"
+    )
+
+
+def test_the_last_save_or_restore_is_read_from_the_events():
+    lines = [
+        json.dumps({"event": events.STEP_END, "step": 7, "t": 10.0}),
+        json.dumps({"event": events.SAVE_BEGIN, "step": 8, "t": 11.0}),
+    ]
+    assert events.last_io(lines[:1]) is None
+    assert events.last_io(lines) == ("save", 11.0, True)
+    lines.append(json.dumps({"event": events.SAVE, "step": 8, "start": 11.0, "end": 95.5}))
+    assert events.last_io(lines) == ("save", 95.5, False)
+    lines += [json.dumps({"event": events.RESTORE_BEGIN, "t": 100.0}), '{"event": "resto']  # a torn last line
+    assert events.last_io(lines) == ("restore", 100.0, True)
 
 
 def test_a_stop_record_counts_the_steps_lost():

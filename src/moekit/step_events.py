@@ -93,13 +93,14 @@ def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) 
 
     def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
         saving.did = True
+        _emit({"event": ev.SAVE_BEGIN, "step": getattr(saving, "step", None), "t": time.time()})  # for the watchdog
         return save(*args, **kwargs)
 
     def maybe_save_checkpoint(manager, state, config, data_iterator, step=None):
         global _pending_stop
         if step is not None:  # called right after MaxText stamped `step` done, on every step
             _emit({"event": ev.STEP_END, "step": int(step), "t": time.time()})
-        saving.did = False
+        saving.did, saving.step = False, None if step is None else int(step)
         began = time.time()
         try:
             return maybe_save(manager, state, config, data_iterator, step)
@@ -116,6 +117,7 @@ def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) 
 
     def load_state_if_possible(*args: Any, **kwargs: Any) -> Any:
         began = time.time()
+        _emit({"event": ev.RESTORE_BEGIN, "t": began})
         try:
             return restore(*args, **kwargs)
         finally:

@@ -4,7 +4,9 @@ One JSON object per line, wall-clock seconds (time.time() of the process that wr
 
     {"event": "start", "t": ...}                           the process started (an attempt begins)
     {"event": "step_end", "step": s, "t": ...}             MaxText stamped step s done (its step time ends here)
+    {"event": "save_begin", "step": s, "t": ...}           a checkpoint save of step s began (the save follows)
     {"event": "save", "step": s, "start": ..., "end": ...}  a checkpoint save of step s (blocking part)
+    {"event": "restore_begin", "t": ...}                   a checkpoint restore began
     {"event": "restore", "start": ..., "end": ...}         a checkpoint restore
     {"event": "compile", "start": ..., "end": ...}         an XLA compilation (jax.monitoring's duration)
     {"event": "trace_start" | "trace_stop", "t": ...}      the profiler started or stopped tracing
@@ -25,6 +27,8 @@ ENV = "MOEKIT_EVENTS"  # the file a training process appends its events to
 
 START, STEP_END, SAVE, RESTORE, COMPILE = "start", "step_end", "save", "restore", "compile"
 TRACE_START, TRACE_STOP, STOP = "trace_start", "trace_stop", "stop"
+SAVE_BEGIN, RESTORE_BEGIN = "save_begin", "restore_begin"
+_ENDED_BY = {SAVE_BEGIN: SAVE, RESTORE_BEGIN: RESTORE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,24 @@ def parse(lines: list[str]) -> Events:
         except (ValueError, KeyError, TypeError):
             continue
     return Events(ends, spans, stopped)
+
+
+def last_io(lines: list[str]) -> tuple[str, float, bool] | None:
+    """The last checkpoint save or restore in the lines of a process's events file: (save or restore, the wall
+    time it began or, once it ended, ended, whether it is still under way); None when there is none. The stall
+    watchdog waits for such I/O and counts from its end."""
+    last: tuple[str, float, bool] | None = None
+    for line in lines:
+        try:
+            e = json.loads(line)
+            kind = e["event"]
+            if kind in _ENDED_BY:
+                last = (_ENDED_BY[kind], float(e["t"]), True)
+            elif kind in (SAVE, RESTORE):
+                last = (kind, float(e["end"]), False)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return last
 
 
 def read(path: Path) -> Events:

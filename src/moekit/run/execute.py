@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -329,13 +330,25 @@ def _specs(ctx: _Run, job: jobmod.Job, names: list[str]) -> list[launch.ProcessS
     return specs
 
 
+def _last_io(path: Path) -> tuple[str, float, bool] | None:
+    """This host's first process's last checkpoint save or restore: its kind, seconds since it began (under way)
+    or ended, and whether it is under way (the watchdog's events.last_io, in seconds ago)."""
+    try:
+        lines = path.read_text(encoding="utf8", errors="replace").splitlines()
+    except OSError:
+        return None
+    io = events.last_io(lines)
+    return None if io is None else (io[0], time.time() - io[1], io[2])
+
+
 def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome, preemption.Notice]:
     """Run the processes to their end, showing phases and step progress. A signal to moekit is passed on to the
     workers (they save at the next step when they can: run/preemption.py); the watchdog stops a stalled run."""
     started = time.monotonic()
     tty = sys.stdout.isatty()
     cfg, phase, steps = ctx.cfg, ctx.phase, ctx.cfg.train.steps
-    watch = watchdog.Watchdog(cfg.run.stall_timeout_s, started)
+    first = ctx.run / jobmod.per_process(events.FILE, int(ctx.procs[0].get(rz.PROCESS_ID, 0)))
+    watch = watchdog.Watchdog(cfg.run.stall_timeout_s, started, functools.partial(_last_io, first))
     pace = progress.Pace()
 
     def on_line(line: str) -> None:

@@ -8,6 +8,10 @@ follows what the run has shown so far: the first step's time (start-up and compi
 longer), ten times the slowest later step (checkpoint saves and evaluation included), and never below
 STALL_FLOOR_S. JAX's own heartbeat ends the peers of a process that stopped answering after 100 s, so the
 floor stays below that: the watchdog speaks first, with stacks.
+
+A checkpoint save or restore is not a stall: its time grows with the model and the storage (a 33 GiB state
+saved to host memory on an H200 took over a minute), and no step finishes meanwhile. While process 0's events
+say one is under way, the clock waits, up to IO_BOUND_S; it restarts when the save or restore ends.
 """
 
 from __future__ import annotations
@@ -15,13 +19,15 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from moekit import failures
 
 STACKS = "stacks.txt"  # per process in the run directory (stacks.<i>.txt for process i), written on a hang
 STALL_FLOOR_S = 60.0
+IO_BOUND_S = 1800.0
+"""The longest a single checkpoint save or restore may take before the run counts as hung."""
 SLOW_STEP_FACTOR = 10
 STACKS_WAIT_S = 3.0
 """How long the workers get to write their stacks before they are stopped."""
@@ -42,8 +48,16 @@ def bound(configured: float | None, first_step_s: float | None, step_gaps_s: Seq
 class Watchdog:
     """Step times seen so far (fed from process 0's output) and the stall decision."""
 
-    def __init__(self, configured: float | None, started: float | None = None) -> None:
+    def __init__(
+        self,
+        configured: float | None,
+        started: float | None = None,
+        io: Callable[[], tuple[str, float, bool] | None] = lambda: None,
+    ) -> None:
+        """io: the last checkpoint save or restore, seconds since it began (under way) or ended, and whether it is
+        under way; None when there was none (events.last_io, read from process 0's events)."""
         self.configured = configured
+        self.io = io
         self.started = time.monotonic() if started is None else started
         self.last: float | None = None
         self.first_step_s: float | None = None
@@ -71,6 +85,16 @@ class Watchdog:
         if idle <= limit:
             return None
         how = "run.stall_timeout_s" if self.configured is not None else "derived from the step times so far"
+        io = self.io()  # read only once the steps are late: a save or restore in between is not a stall
+        if io is not None and io[2]:
+            kind, seconds, _ = io
+            if seconds <= max(IO_BOUND_S, limit):
+                return None
+            return f"a checkpoint {kind} has not finished for {seconds:.0f} s (bound {max(IO_BOUND_S, limit):.0f} s)"
+        if io is not None and io[1] < idle:  # the clock counts from the end of a save or restore after the step
+            if io[1] <= limit:
+                return None
+            return f"no step finished for {io[1]:.0f} s after a checkpoint {io[0]} ended (bound {limit:.0f} s, {how})"
         return f"no step finished for {idle:.0f} s (bound {limit:.0f} s, {how})"
 
 
