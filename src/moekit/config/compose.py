@@ -12,7 +12,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
-from moekit.config import formats
+from moekit.config import formats, interpolation
 from moekit.config.schema import Config, defaults
 from moekit.errors import ConfigError
 
@@ -23,6 +23,16 @@ OPEN_MAPPINGS = (
     "memory.tensors.",
     "memory.env.",
     "xla.flags.",
+    "xla.env.",
+    "hardware.env.",
+    "network.env.",
+    "cluster.env.",
+    "cluster.node_selector.",
+)
+# Mappings whose values are text: an environment variable or a node label holds what the user typed, so
+# `cluster.env.LIB_VERSION=1.10` stays "1.10" (Hydra's grammar would read it as the float 1.1, 1e3 as 1000.0).
+TEXT_MAPPINGS = (
+    "memory.env.",
     "xla.env.",
     "hardware.env.",
     "network.env.",
@@ -106,7 +116,7 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
                 "`# render:` line of rendered files, #SBATCH scripts, command lines), where it would start a new "
                 f"line.\n  fix: write {key} without it (one line of printable text)"
             )
-    overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
+    overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in map(as_typed, overrides)]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
     try:
@@ -114,6 +124,23 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
             return compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
+
+
+def as_typed(override: str) -> str:
+    """The override with a value under a text mapping quoted when Hydra would read it as a number or boolean,
+    so that it arrives as typed (1.10, 1e3, true, 007)."""
+    key, eq, value = override.partition("=")
+    if not eq or not key.lstrip("+").startswith(TEXT_MAPPINGS) or not value or value[0] in "'\"[{":
+        return override
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_override(override).value()
+    except Exception:  # Hydra's grammar refuses it: compose_raw names the override
+        return override
+    if isinstance(parsed, (bool, int, float)):
+        return f"{key}='{value}'"
+    return override
 
 
 def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> str:
@@ -191,7 +218,11 @@ def _valid_keys(parent: str) -> str:
 
 
 def validate(raw: DictConfig) -> Config:
-    """Type the composed config; pydantic's errors become one readable ConfigError."""
+    """Type the composed config; pydantic's errors become one readable ConfigError. A value that interpolates a
+    secret, or an interpolation that cannot be resolved, is refused first, naming its key."""
+    unresolved = OmegaConf.to_container(raw, resolve=False)
+    interpolation.refuse_secret_indirection(unresolved)
+    interpolation.resolve_each(raw, unresolved)
     data = OmegaConf.to_container(raw, resolve=True)
     try:
         return Config.model_validate(data)
