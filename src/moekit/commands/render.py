@@ -165,11 +165,15 @@ def write_output(path: Path, text: str) -> None:
     if path.is_dir():
         raise MoekitError(f"-o {path}: is a directory.\n  fix: give a file path, e.g. -o {path / 'job.yaml'}")
     try:
+        if path.exists() and not path.is_file():  # /dev/stdout, a pipe: written into, never replaced
+            with open(path, "w", encoding="utf8") as fh:
+                fh.write(text)
+            return
         mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
         rundir.write_atomic(path, text)
         os.chmod(path, mode)
     except OSError as exc:
-        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
         fix = "free space there, or write elsewhere with -o" if full else "write to a folder you can write to with -o"
         raise MoekitError(
             f"-o {path}: could not write it ({exc.strerror}); "

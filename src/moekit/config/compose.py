@@ -9,6 +9,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
@@ -122,8 +123,32 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
     try:
         with hydra_at(conf):
             return compose(config_name="config", overrides=list(overrides))
+    except yaml.YAMLError as exc:  # a config file that is not YAML, or holds a duplicate key or a tag
+        raise ConfigError(yaml_problem(exc)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A config file's YAML error as a message naming the file, the line and the fix (no traceback)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
+    problem = str(getattr(exc, "problem", None) or exc).strip()
+    if "constructor for the tag" in problem:
+        tag = problem.split("tag", 1)[1].strip().strip("'").replace("tag:yaml.org,2002:", "!!")
+        return (
+            f"{where}: the YAML tag {tag} is not allowed: config files are data, and moekit never constructs "
+            f"objects from them (nothing was run).\n  fix: remove the tag and write the value itself ({where})"
+        )
+    if "duplicate key" in problem:
+        first = getattr(exc, "context_mark", None)
+        was = f" (first at line {first.line + 1})" if first is not None else ""
+        return (
+            f"{where}: {problem}{was}; moekit cannot tell which one is meant.\n"
+            f"  fix: keep one {problem.removeprefix('found duplicate key').strip()}: key in that mapping"
+        )
+    quote = "quote values holding ': ', '#', '[' or '{'"
+    return f"{where}: not valid YAML: {problem}.\n  fix: correct the file at that line ({quote})"
 
 
 def as_typed(override: str) -> str:

@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options, hydra_at
+from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options, hydra_at, yaml_problem
+from moekit.errors import ConfigError
 
 SCHEMA_DEFAULT = "schema default (src/moekit/config/schema.py)"
 
@@ -76,9 +77,12 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
 
     conf = conf or config_dir()
     hydra_overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
-    with hydra_at(conf):
-        loader = GlobalHydra.instance().config_loader()
-        found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
+    try:
+        with hydra_at(conf):
+            loader = GlobalHydra.instance().config_loader()
+            found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
+    except yaml.YAMLError as exc:
+        raise ConfigError(yaml_problem(exc)) from None
     files, packages, sources = [], {}, {}
     for d in found.defaults:
         if d.config_path is None or d.config_path.startswith("hydra/") or d.package is None:
@@ -88,7 +92,10 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
             continue
         files.append(path)
         packages[path] = d.package
-        body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}
+        try:
+            body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(yaml_problem(exc)) from None
         body.pop("defaults", None)
         for key in flatten(body, d.package):
             parts = key.split(".")
