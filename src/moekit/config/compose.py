@@ -117,6 +117,9 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
                 "`# render:` line of rendered files, #SBATCH scripts, command lines), where it would start a new "
                 f"line.\n  fix: write {key} without it (one line of printable text)"
             )
+    for o in overrides:
+        if problem := _unsupported(o, conf):
+            raise ConfigError(problem)
     overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in map(as_typed, overrides)]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
@@ -149,6 +152,37 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
         )
     quote = "quote values holding ': ', '#', '[' or '{'"
     return f"{where}: not valid YAML: {problem}.\n  fix: correct the file at that line ({quote})"
+
+
+# Hydra's own settings: moekit composes with Hydra's compose API, which never reads them.
+_HYDRA_FIXES = {
+    "hydra.run.dir": "run.dir=PATH (the run directory) or run.base_dir=PATH (where new ones go)",
+    "hydra.sweep.dir": "run.dir=PATH with -m (the sweep's folder; each run in PATH/<index>)",
+    "hydra.job.chdir": "nothing: moekit never changes directory (relative paths are taken from where you run it)",
+}
+
+
+def _unsupported(override: str, conf: Path) -> str | None:
+    """Why an override that Hydra would take silently does nothing or breaks every config; None if it is fine."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+        fix = next((f for k, f in _HYDRA_FIXES.items() if key.startswith(k)), "drop it")
+        return (
+            f"override {override!r}: moekit does not use Hydra's own settings (hydra.*), so {key} would have no "
+            f"effect.\n  fix: {fix}"
+        )
+    if override.startswith("~") and "=" not in override and key in GROUPS and key not in ("experiment", "ladder"):
+        options = group_options(key, conf)
+        return (
+            f"override {override!r} removes the {key} group, and every config needs one of its options.\n"
+            f"  fix: choose another option: {key}={'|'.join(options)} (moekit config groups describes them)"
+        )
+    if override.startswith("~") and key in _schema_keys([]).split(", ") and "." not in key:
+        return (
+            f"override {override!r} removes the {key} section, which every config has.\n"
+            f"  fix: set its keys instead ({key}.KEY=VALUE; moekit config show lists them)"
+        )
+    return None
 
 
 def as_typed(override: str) -> str:
