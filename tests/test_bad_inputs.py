@@ -274,6 +274,199 @@ CASES = [
     ("report-no-metrics", ["report", "{tmp}/nometrics"], "{tmp}/nometrics", "no metrics file", "maxtext.log"),
     ("report-empty-run", ["report", "{tmp}/emptyrun"], "{tmp}/emptyrun", "holds no completed step", "maxtext.log"),
     ("report-corrupt-metrics", ["report", "{tmp}/corruptmetrics"], "metrics.jsonl", "not a MaxText metrics", "corrupt"),
+    # secrets reached by interpolation: a resolved value passes the same rules as a literal one
+    (
+        "secret-env-into-experiment-name",
+        [*S, "experiment_name=${oc.env:WANDB_API_KEY}"],
+        "experiment_name",
+        "takes its value from ${oc.env:WANDB_API_KEY}, a secret",
+        "drop the interpolation from experiment_name",
+    ),
+    (
+        "secret-env-default-into-label",
+        [*R, "target=jobset", "cluster.node_selector.team=${oc.env:GITHUB_TOKEN,none}"],
+        "cluster.node_selector.team",
+        "${oc.env:GITHUB_TOKEN}, a secret",
+        "a secret goes under a secret name only",
+    ),
+    (
+        "secret-key-into-env",
+        [*S, "maxtext.extra.hf_access_token=hf_abcdef123", "xla.env.NOTE=${maxtext.extra.hf_access_token}"],
+        "xla.env.NOTE",
+        "takes its value from ${maxtext.extra.hf_access_token}, a secret",
+        "drop the interpolation from xla.env.NOTE",
+    ),
+    (
+        "secret-through-two-keys",
+        [*R, "target=compose", "network.env.A=${oc.env:DB_PASSWORD}", "cluster.name=x${network.env.A}"],
+        "cluster.name",
+        "(which holds ${oc.env:DB_PASSWORD})",
+        "drop the interpolation from cluster.name",
+    ),
+    (
+        "listed-secret-into-run-name",
+        [*S, "run.secrets=[SITE_CONF]", "run.name=run-${oc.env:SITE_CONF,x}"],
+        "run.name",
+        "${oc.env:SITE_CONF}, a secret",
+        "drop the interpolation from run.name",
+    ),
+    # interpolations that cannot be resolved: the key that holds one is named
+    (
+        "interpolation-unset-env",
+        [*S, "hardware.env.SITE=${oc.env:MOEKIT_SURELY_UNSET_VARIABLE}"],
+        "hardware.env.SITE",
+        "cannot be resolved",
+        "export MOEKIT_SURELY_UNSET_VARIABLE",
+    ),
+    ("interpolation-missing-key", [*S, "train.seed=${train.nope}"], "train.seed", "'train.nope' not found", "exists"),
+    (
+        "interpolation-missing-key-render",
+        [*R, "target=slurm", "cluster.account=${cluster.acount}"],
+        "cluster.account",
+        "cannot be resolved",
+        "interpolate a key that exists",
+    ),
+    (
+        "interpolation-loop",
+        [*S, "hardware.env.A=${hardware.env.B}", "hardware.env.B=${hardware.env.A}"],
+        "hardware.env.A",
+        "cannot be resolved",
+        "interpolate a key that exists",
+    ),
+    # values that would pass composition and fail (or train wrongly) only after launch
+    ("run-name-too-long", [*S, "run.name=" + "r" * 200], "run.name", "at most 128", "run.name=my-run"),
+    ("run-name-too-long-dry-run", [*S, "--dry-run", "run.name=" + "n" * 129], "run.name", "at most 128", "my-run"),
+    (
+        "run-name-multibyte",
+        [*S, "run.name='" + "\u00e9" * 70 + "'"],
+        "run.name",
+        "140 bytes (UTF-8); at most 128",
+        "run.name=my-run",
+    ),
+    ("experiment-name-too-long", [*S, "experiment_name=" + "e" * 150], "experiment_name", "at most 128", "=smoke"),
+    ("run-dir-long-folder", [*S, "run.dir={tmp}/" + "d" * 256], "run.dir", "at most 255", "shorter folder names"),
+    ("steps-beyond-int64", [*S, "train.steps=9223372036854775808"], "train.steps", "64-bit", "train.steps=10"),
+    ("seed-beyond-32-bits", [*S, "train.seed=4294967296"], "train.seed", "low 32 bits", "train.seed=0"),
+    ("seed-negative", [*S, "train.seed=-5"], "train.seed", "outside 0..4294967295", "train.seed=0"),
+    (
+        "checkpoint-beyond-int64",
+        [*S, "checkpoint.every=1e30"],
+        "checkpoint.every",
+        "exceeded maximum size",
+        "checkpoint.every=0",
+    ),
+    (
+        "timeout-beyond-int64",
+        [*S, "cluster.rendezvous_timeout_s=99999999999999999999"],
+        "cluster.rendezvous_timeout_s",
+        "64-bit",
+        "=300",
+    ),
+    ("learning-rate-inf", [*S, "train.learning_rate=inf"], "train.learning_rate", "not a finite", "=3e-05"),
+    ("learning-rate-nan", [*S, "train.learning_rate=nan"], "train.learning_rate", "nan", "train.learning_rate"),
+    ("routing-nan", [*S, "model.extra.routed_scaling_factor=nan"], "routed_scaling_factor", "not a finite", "finite"),
+    ("stall-timeout-inf", [*S, "run.stall_timeout_s=inf"], "run.stall_timeout_s", "not a finite", "fix"),
+    (
+        "batch-inf-dry-run",
+        [*S, "--dry-run", "train.per_device_batch_size=inf"],
+        "per_device_batch_size",
+        "finite",
+        "fix",
+    ),
+    # Hydra's own settings and removed groups: silently ignored or unhelpful before
+    ("hydra-run-dir", [*S, "hydra.run.dir={tmp}/x"], "hydra.run.dir", "no effect", "run.dir=PATH"),
+    ("hydra-job-chdir", [*S, "hydra.job.chdir=true"], "hydra.job.chdir", "Hydra's own settings", "never changes"),
+    ("hydra-launcher", [*S, "hydra/launcher=joblib"], "hydra/launcher", "Hydra's own settings", "drop it"),
+    ("remove-required-group", [*S, "~hardware"], "~hardware", "every config needs one", "hardware=cpu"),
+    ("remove-section", [*S, "~parallelism"], "~parallelism", "every config has", "parallelism.KEY=VALUE"),
+    ("format-without-dry-run", [*S, "--format", "json"], "--format json", "--dry-run only", "drop --format"),
+    (
+        "format-with-sweep",
+        ["train", "-m", "experiment=smoke", "train.steps=1,2", "--format", "json"],
+        "-m",
+        "sweep",
+        "drop",
+    ),
+    # run directories that are links leading nowhere
+    ("run-dir-dangling-link", [*S, "run.dir={tmp}/dangling"], "run.dir", "which does not exist", "mkdir -p"),
+    ("run-dir-link-loop", [*S, "run.dir={tmp}/looping/run"], "run.dir", "a loop of links", "remove the link"),
+    ("run-dir-link-loop-dry-run", [*S, "--dry-run", "run.dir={tmp}/looping"], "run.dir", "loop", "remove the link"),
+    # render's output: nothing replaced, nothing half-written
+    (
+        "render-out-directory",
+        [*R, "target=jobset", "-o", "{tmp}/notes"],
+        "-o {tmp}/notes",
+        "is a directory",
+        "file path",
+    ),
+    (
+        "render-out-unwritable",
+        [*R, "target=slurm", "-o", "/proc/moekit-render/job.sh"],
+        "-o /proc/moekit-render/job.sh",
+        "could not write it",
+        "a folder you can write to",
+    ),
+    (
+        "render-refresh-unreadable-header",
+        ["render", "--refresh", "{tmp}/manifests-quote"],
+        "{tmp}/manifests-quote/b.yaml",
+        "'# render:' line cannot be read",
+        "render it again",
+    ),
+    (
+        "render-refresh-foreign-header",
+        ["render", "--refresh", "{tmp}/manifests-foreign"],
+        "{tmp}/manifests-foreign/b.yaml",
+        "is not a `moekit render` command",
+        "render it again",
+    ),
+    (
+        "render-refresh-bad-override",
+        ["render", "--refresh", "{tmp}/manifests-badkey"],
+        "{tmp}/manifests-badkey/b.yaml (from its '# render:' line)",
+        "unknown config key 'train.stepz'",
+        "did you mean train.steps?",
+    ),
+    # damaged, foreign, unfinished and read-only run directories
+    ("report-config-wrong-type", ["report", "{tmp}/wrongtypes"], "config.yaml: cluster", "not a mapping", "restore"),
+    (
+        "report-config-wrong-number",
+        ["report", "{tmp}/wrongsteps"],
+        "train.steps",
+        "not a positive whole",
+        "moekit train",
+    ),
+    ("report-manifest-wrong-type", ["report", "{tmp}/badmanifest"], "{tmp}/badmanifest", "wrong types", "moekit train"),
+    ("report-sweep-folder", ["report", "{tmp}/sweep"], "is a sweep folder", "its runs are 0, 1", "fix: moekit report"),
+    (
+        "report-out-unwritable",
+        ["report", "{tmp}/finished", "--out", "/proc/moekit-report"],
+        "/proc",
+        "cannot write",
+        "--out",
+    ),
+    # verify's reference: finished, or nothing trains
+    (
+        "verify-failed-reference",
+        ["verify", "--reference", "{tmp}/other", "--candidate", "moe=dense"],
+        "--reference {tmp}/other",
+        "no metrics file",
+        "give a run that finished",
+    ),
+    (
+        "verify-killed-reference",
+        ["verify", "--reference", "{tmp}/killed", "--candidate", "moe=dense"],
+        "--reference {tmp}/killed",
+        "the run is unfinished",
+        "give a run that finished",
+    ),
+    (
+        "verify-short-reference",
+        ["verify", "--reference", "{tmp}/finished", "--candidate", "moe=dense"],
+        "--reference {tmp}/finished",
+        "its metrics hold 1 of train.steps=",
+        "drop --reference to train one",
+    ),
     # the command line itself
     ("unknown-command", ["trian"], "COMMAND", "invalid choice: 'trian'", "did you mean train?"),
     ("dry-run-format", [*S, "--dry-run", "--format", "xml"], "--format", "invalid choice: 'xml'", "choose from"),
@@ -310,6 +503,33 @@ def _populate(tmp: Path) -> None:
     (tmp / "finished" / "metrics.jsonl").write_text(json.dumps(step) + "\n")
     (tmp / "emptyrun" / "metrics.jsonl").write_text("")
     (tmp / "corruptmetrics" / "metrics.jsonl").write_text(json.dumps(step) + "\n{garbage\n" + json.dumps(step) + "\n")
+    for name, status, overrides in [("killed", "running", []), ("wrongtypes", "ok", []), ("wrongsteps", "ok", [])]:
+        d = tmp / name
+        d.mkdir()
+        (d / "manifest.json").write_text(_manifest(status))
+        (d / "config.yaml").write_text(_config_yaml(overrides))
+        (d / "metrics.jsonl").write_text(json.dumps(step) + "\n")
+    (tmp / "killed" / ".moekit.lock").write_text("")  # left by a `moekit train` killed with SIGKILL
+    (tmp / "wrongtypes" / "config.yaml").write_text("cluster: 5\ntrain: {steps: 2}\n")
+    (tmp / "wrongsteps" / "config.yaml").write_text("train: {steps: ten}\n")
+    (tmp / "badmanifest").mkdir()
+    (tmp / "badmanifest" / "manifest.json").write_text(json.dumps({"status": "ok", "overrides": 5}))
+    (tmp / "badmanifest" / "config.yaml").write_text(_config_yaml([]))
+    (tmp / "badmanifest" / "metrics.jsonl").write_text(json.dumps(step) + "\n")
+    for i in (0, 1):  # a sweep folder: `train -m` puts each run in <folder>/<index>
+        (tmp / "sweep" / str(i)).mkdir(parents=True)
+        (tmp / "sweep" / str(i) / "manifest.json").write_text(_manifest("ok"))
+    (tmp / "dangling").symlink_to(tmp / "nowhere")
+    (tmp / "looping").symlink_to(tmp / "looping")
+    good = render_cmd.render(["target=jobset", "experiment=smoke"])[0]
+    for folder, header in [
+        ("manifests-quote", "# render: moekit render target=jobset 'experiment=smoke\n"),
+        ("manifests-foreign", "# render: kubectl apply -f b.yaml\n"),
+        ("manifests-badkey", "# render: moekit render target=jobset experiment=smoke train.stepz=3\n"),
+    ]:
+        (tmp / folder).mkdir()
+        (tmp / folder / "a.yaml").write_text(good)  # renders fine, and must not be replaced either
+        (tmp / folder / "b.yaml").write_text(header + "kind: JobSet\n")
     (tmp / "corrupt").mkdir()
     (tmp / "corrupt" / "manifest.json").write_text('{"status": "runn')
     (tmp / "corrupt" / "config.yaml").write_text(_config_yaml([]))
@@ -372,7 +592,7 @@ def test_bad_input(case, argv, field, problem, fix, playground):
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 80 and len({c[0] for c in CASES}) == len(CASES)
+    assert len(CASES) >= 130 and len({c[0] for c in CASES}) == len(CASES)
 
 
 # ---- every fix a message spells out is itself accepted ----

@@ -44,9 +44,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         if exc.filename is None:
             raise
-        where = Path(exc.filename).parent
         raise MoekitError(
-            f"cannot write the report into {where} ({exc.strerror}).\n"
+            f"cannot write {exc.filename} ({exc.strerror}); the run directories are unchanged.\n"
             "  fix: give a folder you can write to: moekit report ... --out /tmp/report"
         ) from None
     except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:  # records that parse but are foreign

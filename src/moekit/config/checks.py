@@ -663,7 +663,6 @@ def _number_fix(key: str, kind: str) -> str:
     return f"{key}={default}" if default is not None else f"give {key} {kind}"
 
 
-@check
 def numbers_in_range(cfg: Config) -> Iterator[Problem]:
     """Every number is finite and fits the 64-bit integers MaxText and JAX compute with (the seed, 32 bits):
     inf, nan or 10**20 would pass composition and fail only after launch, or train on silently."""
@@ -742,7 +741,10 @@ def no_inline_secrets(cfg: Config) -> Iterator[Problem]:
 
 
 def problems(cfg: Config) -> list[Problem]:
-    """Every check's problems, in registration order; empty for a valid config."""
+    """Every check's problems, in registration order; empty for a valid config. Numbers out of range (inf, nan,
+    beyond 64 bits) come alone: the other checks compute with them."""
+    if found := list(numbers_in_range(cfg)):
+        return found
     return [p for fn in CHECKS for p in fn(cfg)]
 
 

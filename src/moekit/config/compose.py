@@ -172,16 +172,30 @@ def _unsupported(override: str, conf: Path) -> str | None:
             f"effect.\n  fix: {fix}"
         )
     if override.startswith("~") and "=" not in override and key in GROUPS and key not in ("experiment", "ladder"):
-        options = group_options(key, conf)
+        others = ", ".join(f"{key}={o}" for o in group_options(key, conf))
+        default = _default_option(key, conf)
+        drop = f"drop it (the default {key}={default} of conf/config.yaml applies), or " if default else ""
         return (
             f"override {override!r} removes the {key} group, and every config needs one of its options.\n"
-            f"  fix: choose another option: {key}={'|'.join(options)} (moekit config groups describes them)"
+            f"  fix: {drop}choose another option: {others} (moekit config groups describes them)"
         )
     if override.startswith("~") and key in _schema_keys([]).split(", ") and "." not in key:
         return (
             f"override {override!r} removes the {key} section, which every config has.\n"
             f"  fix: set its keys instead ({key}.KEY=VALUE; moekit config show lists them)"
         )
+    return None
+
+
+def _default_option(group: str, conf: Path) -> str | None:
+    """The option conf/config.yaml's defaults list gives `group`, or None."""
+    try:
+        body = yaml.safe_load((conf / "config.yaml").read_text(encoding="utf8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    for entry in body.get("defaults") or []:
+        if isinstance(entry, dict) and group in entry and isinstance(entry[group], str):
+            return entry[group]
     return None
 
 

@@ -59,6 +59,11 @@ def _read(read: Callable[[Path], Any], path: Path) -> Any:
         return read(path)
     except records.Unreadable as exc:
         raise MetricsError(f"{exc.path} is unreadable ({exc.why}); the run directory is damaged.") from None
+    except (TypeError, ValueError, AttributeError) as exc:  # parses, but its fields have foreign types
+        raise MetricsError(
+            f"{path}: a record parses but holds the wrong types ({exc}); the run directory is corrupt or was not "
+            "written by this moekit. Fix: report on directories made by `moekit train` (or train the run again)."
+        ) from None
 
 
 # A run whose manifest says "running" while no process holds its lock: it stopped without recording an end.
