@@ -11,6 +11,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -774,3 +775,136 @@ def test_te_backend_without_transformer_engine():
     (found,) = preflight.te_present(compose("dsv3_proxy_h200", ["moe=te"]), host)
     assert re.search(r"moe=te: runs TransformerEngine.*moe=tokamax", str(found), re.S)
     assert not list(preflight.te_present(compose("dsv3_proxy_h200", []), host))  # other back ends need no TE
+
+
+# ---- values arrive as typed: an environment variable or a node label is text ----
+
+AS_TYPED = [  # override, the variable or label, the text that must arrive
+    ("cluster.env.LIB_VERSION=1.10", "LIB_VERSION", "1.10"),
+    ("hardware.env.LIMIT=1e3", "LIMIT", "1e3"),
+    ("network.env.ZIP=007", "ZIP", "007"),
+    ("xla.env.ENABLED=true", "ENABLED", "true"),
+    ("memory.env.HEX=0x1F", "HEX", "0x1F"),
+    ("cluster.env.ON=true", "ON", "true"),
+    ("cluster.env.OCT=0o17", "OCT", "0o17"),
+    ("cluster.env.SEP=1_000", "SEP", "1_000"),
+    ("cluster.env.BIG=.5e-3", "BIG", ".5e-3"),
+]
+
+
+@pytest.mark.parametrize("override, name, text", AS_TYPED, ids=[c[1] for c in AS_TYPED])
+def test_environment_values_arrive_as_typed(override, name, text):
+    """In a run's environment (dry-run JSON) and in a render (Compose), exactly the text typed."""
+    if not override.startswith("cluster.env."):  # the process environment of a run (a pod's composes it again)
+        proc = moekit(*S, override, "--dry-run", "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["env"][name] == text
+        return
+    proc = moekit(*R, "target=compose", override)  # cluster.env is written into the rendered services
+    assert proc.returncode == 0, proc.stderr
+    services = yaml.safe_load(proc.stdout)["services"]
+    assert {s["environment"][name] for s in services.values()} == {text}
+
+
+def test_node_selector_values_arrive_as_typed():
+    proc = moekit(*R, "target=jobset", "cluster.node_selector.gpu=true", "cluster.node_selector.rev=2.10")
+    assert proc.returncode == 0, proc.stderr
+    spec = yaml.safe_load(proc.stdout)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpu": "true", "rev": "2.10"}
+
+
+# ---- user config files (MOEKIT_CONF_DIR) that are not valid YAML ----
+
+CONF_FILES = [  # id, file under conf/, its text, words naming the problem, words of the fix
+    ("yaml-syntax", "experiment/mine.yaml", "train:\n  steps: [1,\n", "not valid YAML", "correct the file"),
+    ("yaml-tab", "experiment/mine.yaml", "train:\n\tsteps: 3\n", "not valid YAML", "at that line"),
+    ("duplicate-key", "experiment/mine.yaml", "train:\n  steps: 3\n  seed: 1\n  steps: 4\n", "duplicate key", "one"),
+    ("duplicate-top-key", "model/mine.yaml", "name: a\nname: b\n", "found duplicate key name", "keep one name:"),
+    (
+        "python-tag",
+        "experiment/mine.yaml",
+        "x: !!python/object/apply:os.system ['touch {canary}']\n",
+        "the YAML tag !!python/object/apply:os.system is not allowed",
+        "remove the tag",
+    ),
+    ("custom-tag", "local/default.yaml", "run:\n  name: !env HOME\n", "tag !env is not allowed", "remove the tag"),
+]
+
+
+@pytest.mark.parametrize("case, name, text, problem, fix", CONF_FILES, ids=[c[0] for c in CONF_FILES])
+def test_user_config_file_errors(case, name, text, problem, fix, tmp_path):
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    canary = tmp_path / "canary"
+    (conf / name).parent.mkdir(exist_ok=True)
+    (conf / name).write_text("# @package _global_\n" * name.startswith("experiment/") + text.format(canary=canary))
+    group, option = name.removesuffix(".yaml").split("/")
+    chosen = [f"{group}={option}"] if group != "local" else []
+    for argv in (["train", "experiment=smoke", *chosen, "--dry-run"], ["config", "show", *chosen]):
+        proc = moekit(*argv, env={"MOEKIT_CONF_DIR": str(conf)})
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in out, out
+        assert str(conf / name) in out and "line" in out and problem in out and fix in out, out
+    assert not canary.exists(), "a YAML tag was executed"
+
+
+# ---- render's output on a full disk, and standard output on a full disk ----
+
+
+def test_render_on_a_full_disk_keeps_the_old_manifest(tmp_path):
+    from conftest import mount_tmpfs
+
+    disk = tmp_path / "disk"
+    mount_tmpfs(disk, "16k")
+    try:
+        target = disk / "job.yaml"
+        assert moekit(*R, "target=jobset", "-o", str(target)).returncode == 0
+        old = target.read_bytes()
+        filler = disk / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:  # fill the disk
+            while os.write(fd, b"x" * 1024):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        proc = moekit(*R, "target=jobset", "train.steps=7", "-o", str(target))
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in out, out
+        assert f"-o {target}" in out and "No space left" in out and "the existing file is unchanged" in out, out
+        assert "free space there" in out
+        assert target.read_bytes() == old
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "job.yaml"], "a temporary file was left"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.mark.parametrize("argv", [[*R, "target=slurm"], [*S, "--dry-run", "--format", "json"], ["config", "groups"]])
+def test_standard_output_on_a_full_disk(argv):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "moekit", *argv], stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO
+        )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "could not write standard output (No space left on device)" in proc.stderr
+    assert "fix: free space" in proc.stderr
+
+
+def test_refresh_replaces_nothing_when_one_file_fails(playground):
+    """--refresh renders every file before it writes any: the good file beside a broken one is untouched."""
+    folder = playground / "manifests-badkey"
+    before = (folder / "a.yaml").read_bytes()
+    assert moekit("render", "--refresh", str(folder)).returncode == 2
+    assert (folder / "a.yaml").read_bytes() == before
+
+
+# ---- a run killed with SIGKILL is reported as unfinished, never as running ----
+
+
+def test_report_of_a_killed_run_says_unfinished(playground, tmp_path):
+    proc = moekit("report", str(playground / "killed"), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    assert "unfinished" in proc.stdout and "running" not in proc.stdout, proc.stdout

@@ -98,6 +98,9 @@ CASES = [  # id, returncode, log tail, class
     ("ckpt-truncated-data", 1, CKPT_TRUNCATED, "corrupt_checkpoint"),
     ("ckpt-items-missing", 1, CKPT_NO_ITEMS, "corrupt_checkpoint"),
     ("ckpt-manifest-cut", 1, CKPT_MANIFEST, "corrupt_checkpoint"),
+    # MaxText stops itself on a loss that is not finite (abort_on_nan_loss / abort_on_inf_loss): its own class.
+    ("nan-loss", 1, "completed step: 3, seconds: 0.1, loss: nan\nAborting training due to NaN loss.", "nan_loss"),
+    ("inf-loss", 1, "I1204 12:00:00 max_logging.py:41] Aborting training due to Inf loss.", "nan_loss"),
     (
         "xla-unknown-flag",
         -6,
