@@ -468,6 +468,23 @@ CASES = [
         "its metrics hold 1 of train.steps=",
         "drop --reference to train one",
     ),
+    # fix hints that point the right way
+    (
+        "mesh-with-fill-axis-set",
+        [*S, "parallelism.ici.expert=3"],
+        "parallelism.ici",
+        "does not match 1 devices per slice",
+        "fix: parallelism.ici.expert=1 (parallelism.ici.fsdp=-1 then fills",
+    ),
+    (
+        "mesh-two-fixed-axes",
+        [*S, "cluster.processes_per_node=2", "parallelism.ici.data=4", "parallelism.ici.tensor=2"],
+        "parallelism.ici",
+        "does not match 2 devices",
+        "parallelism.ici.data=2 parallelism.ici.tensor=1",
+    ),
+    ("experiment-partial-name", ["train", "experiment=mixtral"], "experiment=", "closest names", "=mixtral_8x22b_"),
+    ("experiment-typo", ["train", "experiment=smoke-cpu"], "experiment=", "closest names", "fix: experiment=smoke"),
     # the command line itself
     ("unknown-command", ["trian"], "COMMAND", "invalid choice: 'trian'", "did you mean train?"),
     ("dry-run-format", [*S, "--dry-run", "--format", "xml"], "--format", "invalid choice: 'xml'", "choose from"),

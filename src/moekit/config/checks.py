@@ -73,8 +73,27 @@ def mesh_matches_devices(cfg: Config) -> Iterator[Problem]:
             f"mesh product {axes} does not match {per_slice} devices per slice "
             f"({cfg.cluster.nodes} nodes x {cfg.devices_per_process * cfg.cluster.processes_per_node} devices "
             f"/ {cfg.num_slices} slices)",
-            "set one ICI axis to -1 (e.g. parallelism.ici.fsdp=-1) or make the product equal the devices per slice",
+            _mesh_fix(dict(ici.items()), per_slice),
         )
+
+
+def _mesh_fix(ici: dict[str, int], per_slice: int) -> str:
+    """Axis sizes that make the mesh fit `per_slice` devices: with an axis at -1 already, the fixed axes shrunk
+    (greedily, each to what still divides the devices left); else one axis to -1."""
+    fill = [k for k, v in ici.items() if v == -1]
+    if not fill:
+        return "set one ICI axis to -1 (e.g. parallelism.ici.fsdp=-1) or make the product equal the devices per slice"
+    left, changes = per_slice, []
+    for axis, size in ici.items():
+        if size == -1:
+            continue
+        fits = math.gcd(size, left)
+        if fits != size:
+            changes.append(f"parallelism.ici.{axis}={fits}")
+        left //= fits
+    if not changes:
+        return f"make the product of the fixed ICI axes divide {per_slice}"
+    return f"{' '.join(changes)} (parallelism.ici.{fill[0]}=-1 then fills the remaining devices)"
 
 
 @check

@@ -272,17 +272,34 @@ def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
     rest = [o for o in overrides if o not in bad]
     typed = bad[-1].split("=", 1)[1] if bad else ""
     options = group_options(group, conf)
-    close = difflib.get_close_matches(typed.replace("-", "_"), options, n=3, cutoff=0.6) if typed else []
-    for option in [*close, *options][:8]:  # each try composes the config (about 0.2 s), on this error path only
+    close = closest(typed, options)
+    if close and group == "experiment":
+        mean = f"  closest names: {', '.join(f'{group}={c}' for c in close)}\n"
+    else:
+        mean = ""
+    # An experiment is a whole setup: only a name close to the one typed is a fix, never an arbitrary other one.
+    tries = close if group == "experiment" else [*close, *options]
+    for option in tries[:8]:  # each try composes the config (about 0.2 s), on this error path only
         try:
             if not problems(validate(compose_raw([*rest, f"{group}={option}"], conf))):
-                mean = f"  did you mean {group}={option}?\n" if option in close else ""
+                mean = mean or (f"  did you mean {group}={option}?\n" if option in close else "")
                 return f"{mean}  fix: {group}={option}" + (
                     "" if option in close else " (accepted with your other overrides)"
                 )
         except ConfigError:
             continue
-    return f"  fix: pick one of them ({group}=OPTION)"
+    return f"{mean}  fix: pick one of them ({group}=OPTION; `moekit config groups` says what each is)"
+
+
+def closest(typed: str, options: Sequence[str]) -> list[str]:
+    """Up to three options nearest to `typed`: those that contain it, then the most similar spellings."""
+    if not typed:
+        return []
+    word = typed.replace("-", "_").lower()
+    found = [o for o in options if word in o.lower()]
+    found += difflib.get_close_matches(word, options, n=3, cutoff=0.6)
+    found += difflib.get_close_matches(word, options, n=3, cutoff=0.4)
+    return list(dict.fromkeys(found))[:3]
 
 
 def _valid_keys(parent: str) -> str:

@@ -21,14 +21,18 @@ SCHEMA_DEFAULT = "schema default (src/moekit/config/schema.py)"
 
 
 def description(path: Path) -> str:
-    """The first comment line of an option file (a `# @package` directive is not one)."""
+    """The first comment line of an option file (a `# @package` directive is not one), with the comment lines
+    that continue its sentence (they start in lower case), so that no description stops mid-sentence."""
+    found: list[str] = []
     for line in path.read_text(encoding="utf8").splitlines():
         text = line.strip()
-        if text.startswith("#") and not text.startswith("# @package"):
-            return text.lstrip("#").strip()
-        if text and not text.startswith("#"):
+        if text.startswith("# @package") and not found:
+            continue
+        words = text.lstrip("#").strip()
+        if not text.startswith("#") or (found and not words[:1].islower()):
             break
-    return "(no description: its first line should say what it is)"
+        found.append(words)
+    return " ".join(found) or "(no description: its first line should say what it is)"
 
 
 def groups(conf: Path | None = None) -> dict[str, dict[str, str]]:
