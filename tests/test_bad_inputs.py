@@ -474,7 +474,7 @@ CASES = [
         [*S, "parallelism.ici.expert=3"],
         "parallelism.ici",
         "does not match 1 devices per slice",
-        "fix: parallelism.ici.expert=1 (parallelism.ici.fsdp=-1 then fills",
+        "fix: parallelism.ici.expert=1 (the axis at -1, fsdp, then fills",
     ),
     (
         "mesh-two-fixed-axes",
@@ -485,6 +485,21 @@ CASES = [
     ),
     ("experiment-partial-name", ["train", "experiment=mixtral"], "experiment=", "closest names", "=mixtral_8x22b_"),
     ("experiment-typo", ["train", "experiment=smoke-cpu"], "experiment=", "closest names", "fix: experiment=smoke"),
+    # tune: refused up front, before its sweep folder and its first run
+    (
+        "tune-gpu-base-on-cpu",
+        ["tune", "experiment=qwen3_235b_proxy_h200", "--axis", "train.seq_len=128,256", "--out", "{tmp}/tune"],
+        "hardware=h200",
+        "cannot run on this host; nothing was launched",
+        "tune the CPU form here: moekit tune experiment=smoke",
+    ),
+    (
+        "tune-preset-exists",
+        ["tune", "experiment=smoke", "--name", "smoke_gpu", "--write-preset", "--out", "{tmp}/tune"],
+        "--write-preset",
+        "smoke_gpu.yaml exists, and a tune never replaces an experiment file",
+        "--name smoke_gpu_2",
+    ),
     # the command line itself
     ("unknown-command", ["trian"], "COMMAND", "invalid choice: 'trian'", "did you mean train?"),
     ("dry-run-format", [*S, "--dry-run", "--format", "xml"], "--format", "invalid choice: 'xml'", "choose from"),
@@ -582,7 +597,7 @@ def _taken_port():
 
 @pytest.mark.parametrize("case, argv, field, problem, fix", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(case, argv, field, problem, fix, playground):
-    if case == "gpu-config-without-gpu" and Path("/dev/nvidia0").exists():
+    if case in ("gpu-config-without-gpu", "tune-gpu-base-on-cpu") and Path("/dev/nvidia0").exists():
         pytest.skip("this host has a GPU")
     before = _snapshot(playground)
     lock = None

@@ -104,7 +104,10 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
             f"drop it (cluster={target.cluster} is implied)"
         )
     cfg = ensure_valid(compose([*rest, f"cluster={target.cluster}"] if not chosen else rest))
-    if found := warnings(cfg):
+    found = warnings(cfg)
+    if name == "compose":  # one Docker host: its containers share the host's GPUs and NVLink; no pod network
+        found = [w for w in found if w.key != "network"]
+    if found:
         print(format_warnings(found), file=sys.stderr)
     command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
     what = {"jobset": "JobSet", "slurm": "Slurm batch script", "compose": "Compose project"}.get(name, name)

@@ -93,7 +93,7 @@ def _mesh_fix(ici: dict[str, int], per_slice: int) -> str:
         left //= fits
     if not changes:
         return f"make the product of the fixed ICI axes divide {per_slice}"
-    return f"{' '.join(changes)} (parallelism.ici.{fill[0]}=-1 then fills the remaining devices)"
+    return f"{' '.join(changes)} (the axis at -1, {fill[0]}, then fills the remaining devices)"
 
 
 @check
