@@ -940,3 +940,36 @@ def test_report_of_a_killed_run_says_unfinished(playground, tmp_path):
     proc = moekit("report", str(playground / "killed"), "--out", str(tmp_path / "report"))
     assert proc.returncode == 0, proc.stderr
     assert "unfinished" in proc.stdout and "running" not in proc.stdout, proc.stdout
+
+
+# ---- the README's first-hour commands, run as printed ----
+
+
+def _readme_command(words: str) -> list[str]:
+    """The README line holding `words`, as argv after `moekit` (without its comment and redirect)."""
+    import shlex
+
+    line = next(ln for ln in (REPO / "README.md").read_text().splitlines() if words in ln)
+    argv = shlex.split(line.split("#", 1)[0].split(">", 1)[0])
+    return argv[argv.index(next(a for a in argv if a.endswith("moekit"))) + 1 :]
+
+
+def test_readme_two_node_compose_render_warns_nothing():
+    argv = _readme_command("target=compose cluster.nodes=2")
+    proc = moekit(*argv)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr, proc.stderr
+    assert len(yaml.safe_load(proc.stdout)["services"]) == 2
+
+
+def test_readme_gpu_tune_on_cpu_says_so_up_front(tmp_path):
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this host has a GPU")
+    argv = _readme_command("tune experiment=dsv3_proxy_h200")
+    proc = moekit(*argv, "--out", str(tmp_path / "tune"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out, out
+    assert out.count("moekit: error:") == 1 and "tune the CPU form here: moekit tune experiment=smoke" in out
+    cpu_form = out.split("tune the CPU form here: ", 1)[1].split()[:4]
+    assert " ".join(cpu_form) in (REPO / "README.md").read_text()  # the CPU form is the README's own line
+    assert not (tmp_path / "tune").exists()
