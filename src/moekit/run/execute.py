@@ -27,7 +27,7 @@ from moekit import failures, redact, rundir, worker
 from moekit import rendezvous as rz
 from moekit.config.schema import Config
 from moekit.observe import metrics, profile, progress, summary
-from moekit.run import attempts, checkpoints, launch, preemption, preflight, records, view, watchdog
+from moekit.run import attempts, checkpoints, compiling, launch, preemption, preflight, records, view, watchdog
 from moekit.translate import job as jobmod
 from moekit.versions import versions
 
@@ -316,12 +316,17 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
     tty = sys.stdout.isatty()
     cfg, phase, steps = ctx.cfg, ctx.phase, ctx.cfg.train.steps
     watch = watchdog.Watchdog(cfg.run.stall_timeout_s, started)
+    ticker = compiling.Ticker()
 
     def on_line(line: str) -> None:
         for p in progress.parse_phase(line):
+            ticker.stop()
             phase(p)
+            if p.startswith("compiling"):
+                ticker.start()
         s = progress.parse(line)
         if s is not None:
+            ticker.stop()
             watch.step_done()
             text = progress.format_progress(s, steps, time.monotonic() - started)
             print(("\r" + text) if tty else text, end="" if tty else "\n", flush=True)
@@ -339,6 +344,7 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
             watch=watch,
             stack_files=stacks,
         )
+    ticker.stop()
     if tty:
         print()
     return outcome, notice
