@@ -296,3 +296,28 @@ def test_disk_full_at_a_checkpoint(tmp_path):
         assert at is not None and at < len(lines) - failures.TAIL_LINES  # outside the tail
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+# ---- library notices stay in the log, out of the failure's console excerpt ----
+
+NOISE_LINES = [
+    "[transformers] PyTorch was not found. Models won't be available and only tokenizers, configuration and "
+    "file/data utilities can be used.",
+    "I1204 10:11:12.123456 1234 gemm_algorithm_picker.cc:456] autotuning for fusion.12 took 3 ms",
+    "I1204 10:11:12.123456 1234 autotuner_util.cc:100] Autotune cache hit",
+    "W1204 10:11:12.123456 1234 bfc_allocator.cc:312] Garbage collection: deallocate free memory regions",
+]
+MEANINGFUL_LINES = [
+    "completed step: 3, seconds: 0.1, loss: nan",
+    "Aborting training due to NaN loss.",
+    "W1204 10:11:12.123456 1234 bfc_allocator.cc:485] Allocator (GPU_0_bfc) ran out of memory trying to allocate",
+    "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory",
+    "Traceback (most recent call last):",
+]
+
+
+def test_console_leaves_out_library_notices_only():
+    from moekit import console
+
+    assert all(console.is_noise(ln) for ln in NOISE_LINES)
+    assert console.meaningful(NOISE_LINES + MEANINGFUL_LINES) == MEANINGFUL_LINES

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from moekit import failures, redact, rundir, worker
+from moekit import console, failures, redact, rundir, worker
 from moekit import rendezvous as rz
 from moekit.config.schema import Config
 from moekit.observe import metrics, profile, progress, summary
@@ -363,8 +363,9 @@ def _report_failure(failure: failures.Failure, outcome: launch.Outcome, specs: l
     if outcome.failed_rank is not None:
         log = specs[outcome.failed_rank].log
         with _log_lines(log, outcome, outcome.failed_rank) as lines:
-            tail = list(collections.deque((ln.rstrip("\n") for ln in lines), maxlen=15))
-        print(f"  log: {log}", file=sys.stderr)
+            shown = (ln.rstrip("\n") for ln in lines if not console.is_noise(ln))  # the log keeps them all
+            tail = list(collections.deque(shown, maxlen=15))
+        print(f"  log: {log} (last lines, library notices left out)", file=sys.stderr)
         print("\n".join("  | " + t for t in tail), file=sys.stderr)
 
 
