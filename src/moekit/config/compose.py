@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import re
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -128,8 +129,25 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
             return compose(config_name="config", overrides=list(overrides))
     except yaml.YAMLError as exc:  # a config file that is not YAML, or holds a duplicate key or a tag
         raise ConfigError(yaml_problem(exc)) from None
+    except UnicodeDecodeError as exc:  # a config file that is not text
+        raise ConfigError(_not_text(conf, exc)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
+
+
+def _not_text(conf: Path, exc: UnicodeDecodeError) -> str:
+    """Which config file is not UTF-8 text (found on this error path only), and the fix."""
+    for path in sorted(conf.rglob("*.yaml")):
+        try:
+            path.read_text(encoding="utf8")
+        except UnicodeDecodeError as bad:
+            return (
+                f"{path}: not UTF-8 text ({bad.reason} at byte {bad.start}).\n"
+                "  fix: save it as UTF-8, or move it out of the config tree"
+            )
+        except OSError:
+            continue
+    return f"a config file under {conf} is not UTF-8 text ({exc.reason}).\n  fix: save it as UTF-8"
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -218,6 +236,13 @@ def as_typed(override: str) -> str:
 
 def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> str:
     first = message.strip().splitlines()[0] if message.strip() else message
+    inside = re.match(r"In '([\w/.-]+)': (.*)", first)
+    if inside and (conf / f"{inside[1]}.yaml").is_file() and "Could not find" not in first:  # a file that fails
+        return (
+            f"{conf / inside[1]}.yaml: {inside[2]}\n"
+            "  fix: correct that file: its defaults list names groups and options that exist (moekit config "
+            "groups), and an experiment file starts with `# @package _global_`"
+        )
     for group in GROUPS:
         if f"'{group}/" in message or f"in group '{group}'" in message or f"{group}:" in first:
             options = group_options(group, conf)
@@ -263,15 +288,23 @@ def _unparsable(overrides: Sequence[str]) -> str | None:
     return None
 
 
+_TRYING: list[str] = []  # the options _option_fix is composing now (it must not recurse into itself)
+
+
 def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
     """'did you mean' and a fix example for an unknown group option; the example is one that this config accepts
     (composed and checked with the other overrides), so following the advice never leads to another refusal."""
     from moekit.config.checks import problems
 
     bad = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") == group]
+    if not bad:  # a config file's defaults list chose it (the message's first line names the file)
+        return (
+            f"  fix: correct the {group} entry of the defaults list that chose it (the experiment or option file "
+            "you picked) to one of the options above"
+        )
     rest = [o for o in overrides if o not in bad]
     typed = bad[-1].split("=", 1)[1] if bad else ""
-    options = group_options(group, conf)
+    options = [o for o in group_options(group, conf) if o != typed]  # the one typed exists but fails to compose
     close = closest(typed, options)
     if close and group == "experiment":
         mean = f"  closest names: {', '.join(f'{group}={c}' for c in close)}\n"
@@ -279,8 +312,11 @@ def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
         mean = ""
     # An experiment is a whole setup: only a name close to the one typed is a fix, never an arbitrary other one.
     tries = close if group == "experiment" else [*close, *options]
+    if _TRYING:  # a try's own error: no nested search for fixes
+        return f"  fix: pick one of them ({group}=OPTION)"
     for option in tries[:8]:  # each try composes the config (about 0.2 s), on this error path only
         try:
+            _TRYING.append(option)
             if not problems(validate(compose_raw([*rest, f"{group}={option}"], conf))):
                 mean = mean or (f"  did you mean {group}={option}?\n" if option in close else "")
                 return f"{mean}  fix: {group}={option}" + (
@@ -288,6 +324,8 @@ def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
                 )
         except ConfigError:
             continue
+        finally:
+            _TRYING.pop()
     return f"{mean}  fix: pick one of them ({group}=OPTION; `moekit config groups` says what each is)"
 
 
