@@ -321,3 +321,24 @@ def test_console_leaves_out_library_notices_only():
 
     assert all(console.is_noise(ln) for ln in NOISE_LINES)
     assert console.meaningful(NOISE_LINES + MEANINGFUL_LINES) == MEANINGFUL_LINES
+
+
+@pytest.mark.integration
+def test_a_nan_loss_is_its_own_class(tmp_path):
+    """One tiny real run whose learning rate makes the loss NaN by step 3: MaxText stops itself, moekit records
+    `nan_loss` (not a generic error) and points to its troubleshooting section."""
+    run = tmp_path / "run"
+    proc = moekit(
+        "train",
+        "experiment=smoke",
+        "train.steps=4",
+        "train.learning_rate=1e30",
+        "train.warmup_steps_fraction=0",
+        f"run.dir={run}",
+        timeout=600,
+    )
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "training failed: loss not finite" in proc.stderr, proc.stderr[-3000:]
+    assert "docs/troubleshooting.md#loss-not-finite" in proc.stderr
+    failure = json.loads((run / "manifest.json").read_text())["failure"]
+    assert failure["class"] == "nan_loss" and "NaN loss" in failure["evidence"]
