@@ -437,7 +437,13 @@ CASES = [
         "not a positive whole",
         "moekit train",
     ),
-    ("report-manifest-wrong-type", ["report", "{tmp}/badmanifest"], "{tmp}/badmanifest", "wrong types", "moekit train"),
+    (
+        "report-manifest-wrong-type",
+        ["report", "{tmp}/badmanifest"],
+        "{tmp}/badmanifest",
+        "not a moekit manifest",
+        "moekit train",
+    ),
     ("report-sweep-folder", ["report", "{tmp}/sweep"], "is a sweep folder", "its runs are 0, 1", "fix: moekit report"),
     (
         "report-out-unwritable",
@@ -445,6 +451,14 @@ CASES = [
         "/proc",
         "cannot write",
         "--out",
+    ),
+    ("run-dir-foreign-manifest", [*S, "run.dir={tmp}/badmanifest"], "run.dir", "not a moekit manifest", "new run.dir"),
+    (
+        "run-dir-killed-resumes-not",
+        [*S, "run.dir={tmp}/wrongtypes"],
+        "run.dir",
+        "different configuration",
+        "new run.dir",
     ),
     # verify's reference: finished, or nothing trains
     (

@@ -58,7 +58,10 @@ def _read(read: Callable[[Path], Any], path: Path) -> Any:
     try:
         return read(path)
     except records.Unreadable as exc:
-        raise MetricsError(f"{exc.path} is unreadable ({exc.why}); the run directory is damaged.") from None
+        raise MetricsError(
+            f"{exc.path} is unreadable ({exc.why}); the run directory is damaged. Fix: report on directories made "
+            "by `moekit train` (restore the file from a copy, or train the run again)."
+        ) from None
     except (TypeError, ValueError, AttributeError) as exc:  # parses, but its fields have foreign types
         raise MetricsError(
             f"{path}: a record parses but holds the wrong types ({exc}); the run directory is corrupt or was not "
