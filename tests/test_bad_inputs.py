@@ -453,13 +453,6 @@ CASES = [
         "--out",
     ),
     ("run-dir-foreign-manifest", [*S, "run.dir={tmp}/badmanifest"], "run.dir", "not a moekit manifest", "new run.dir"),
-    (
-        "run-dir-killed-resumes-not",
-        [*S, "run.dir={tmp}/wrongtypes"],
-        "run.dir",
-        "different configuration",
-        "new run.dir",
-    ),
     # verify's reference: finished, or nothing trains
     (
         "verify-failed-reference",
