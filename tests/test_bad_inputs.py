@@ -477,6 +477,14 @@ CASES = [
     ),
     # fix hints that point the right way
     (
+        "label-list-value",
+        [*R, "target=jobset", "cluster.node_selector.pool=[a,b]"],
+        "cluster.node_selector.pool",
+        "valid string",
+        "give cluster.node_selector.pool one plain value",
+    ),
+    ("env-mapping-value", [*S, "hardware.env.K={a: 1}"], "hardware.env.K", "valid string", "one plain value"),
+    (
         "mesh-with-fill-axis-set",
         [*S, "parallelism.ici.expert=3"],
         "parallelism.ici",

@@ -382,6 +382,10 @@ def _fix_for(loc: Sequence[object]) -> tuple[str, str]:
     key = ".".join(parts) or "config"
     if field is None or (isinstance(model, type) and hasattr(model, "model_fields")):
         return key, f"change the {key} keys named above so that they agree (types and ranges: config/schema.py)"
+    rest = [str(p) for p in loc[len(parts) :] if not str(p).startswith(("function-", "str", "int", "float", "bool"))]
+    if rest and isinstance(field.get_default(call_default_factory=True), dict):  # an entry of a free-form mapping
+        entry = f"{key}.{rest[0]}"
+        return entry, f"give {entry} one plain value: text, a number or true/false, e.g. {entry}=VALUE (not a list)"
     default = None if field.is_required() else field.get_default(call_default_factory=True)
     example = f", e.g. {key}={default}" if default is not None and not isinstance(default, (dict, list)) else ""
     return key, f"give {key} a value of the kind described{example}"
