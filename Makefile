@@ -25,7 +25,7 @@ $(STAMP): $(LOCK) requirements/*.txt pyproject.toml
 	@$(PY) -m pip check >/dev/null || { $(PY) -m pip check; exit 1; }
 	@touch $(STAMP)
 
-smoke: venv  ## real training of a tiny dropless MoE on CPU (about 30 s)
+smoke: venv  ## real training of a tiny dropless MoE on CPU (a few minutes; timing in conf/experiment/smoke.yaml)
 	$(VENV)/bin/moekit train experiment=smoke
 
 test: venv  ## the whole suite: unit + integration (CPU training, docker, processes)

@@ -11,6 +11,7 @@ import os
 import re
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -274,6 +275,246 @@ CASES = [
     ("report-no-metrics", ["report", "{tmp}/nometrics"], "{tmp}/nometrics", "no metrics file", "maxtext.log"),
     ("report-empty-run", ["report", "{tmp}/emptyrun"], "{tmp}/emptyrun", "holds no completed step", "maxtext.log"),
     ("report-corrupt-metrics", ["report", "{tmp}/corruptmetrics"], "metrics.jsonl", "not a MaxText metrics", "corrupt"),
+    # secrets reached by interpolation: a resolved value passes the same rules as a literal one
+    (
+        "secret-env-into-experiment-name",
+        [*S, "experiment_name=${oc.env:WANDB_API_KEY}"],
+        "experiment_name",
+        "takes its value from ${oc.env:WANDB_API_KEY}, a secret",
+        "drop the interpolation from experiment_name",
+    ),
+    (
+        "secret-env-default-into-label",
+        [*R, "target=jobset", "cluster.node_selector.team=${oc.env:GITHUB_TOKEN,none}"],
+        "cluster.node_selector.team",
+        "${oc.env:GITHUB_TOKEN}, a secret",
+        "a secret goes under a secret name only",
+    ),
+    (
+        "secret-key-into-env",
+        [*S, "maxtext.extra.hf_access_token=hf_abcdef123", "xla.env.NOTE=${maxtext.extra.hf_access_token}"],
+        "xla.env.NOTE",
+        "takes its value from ${maxtext.extra.hf_access_token}, a secret",
+        "drop the interpolation from xla.env.NOTE",
+    ),
+    (
+        "secret-through-two-keys",
+        [*R, "target=compose", "network.env.A=${oc.env:DB_PASSWORD}", "cluster.name=x${network.env.A}"],
+        "cluster.name",
+        "(which holds ${oc.env:DB_PASSWORD})",
+        "drop the interpolation from cluster.name",
+    ),
+    (
+        "listed-secret-into-run-name",
+        [*S, "run.secrets=[SITE_CONF]", "run.name=run-${oc.env:SITE_CONF,x}"],
+        "run.name",
+        "${oc.env:SITE_CONF}, a secret",
+        "drop the interpolation from run.name",
+    ),
+    # interpolations that cannot be resolved: the key that holds one is named
+    (
+        "interpolation-unset-env",
+        [*S, "hardware.env.SITE=${oc.env:MOEKIT_SURELY_UNSET_VARIABLE}"],
+        "hardware.env.SITE",
+        "cannot be resolved",
+        "export MOEKIT_SURELY_UNSET_VARIABLE",
+    ),
+    ("interpolation-missing-key", [*S, "train.seed=${train.nope}"], "train.seed", "'train.nope' not found", "exists"),
+    (
+        "interpolation-missing-key-render",
+        [*R, "target=slurm", "cluster.account=${cluster.acount}"],
+        "cluster.account",
+        "cannot be resolved",
+        "interpolate a key that exists",
+    ),
+    (
+        "interpolation-loop",
+        [*S, "hardware.env.A=${hardware.env.B}", "hardware.env.B=${hardware.env.A}"],
+        "hardware.env.A",
+        "cannot be resolved",
+        "interpolate a key that exists",
+    ),
+    # values that would pass composition and fail (or train wrongly) only after launch
+    ("run-name-too-long", [*S, "run.name=" + "r" * 200], "run.name", "at most 128", "run.name=my-run"),
+    ("run-name-too-long-dry-run", [*S, "--dry-run", "run.name=" + "n" * 129], "run.name", "at most 128", "my-run"),
+    (
+        "run-name-multibyte",
+        [*S, "run.name='" + "\u00e9" * 70 + "'"],
+        "run.name",
+        "140 bytes (UTF-8); at most 128",
+        "run.name=my-run",
+    ),
+    ("experiment-name-too-long", [*S, "experiment_name=" + "e" * 150], "experiment_name", "at most 128", "=smoke"),
+    ("run-dir-long-folder", [*S, "run.dir={tmp}/" + "d" * 256], "run.dir", "at most 255", "shorter folder names"),
+    ("steps-beyond-int64", [*S, "train.steps=9223372036854775808"], "train.steps", "64-bit", "train.steps=10"),
+    ("seed-beyond-32-bits", [*S, "train.seed=4294967296"], "train.seed", "low 32 bits", "train.seed=0"),
+    ("seed-negative", [*S, "train.seed=-5"], "train.seed", "outside 0..4294967295", "train.seed=0"),
+    (
+        "checkpoint-beyond-int64",
+        [*S, "checkpoint.every=1e30"],
+        "checkpoint.every",
+        "exceeded maximum size",
+        "checkpoint.every=0",
+    ),
+    (
+        "timeout-beyond-int64",
+        [*S, "cluster.rendezvous_timeout_s=99999999999999999999"],
+        "cluster.rendezvous_timeout_s",
+        "64-bit",
+        "=300",
+    ),
+    ("learning-rate-inf", [*S, "train.learning_rate=inf"], "train.learning_rate", "not a finite", "=3e-05"),
+    ("learning-rate-nan", [*S, "train.learning_rate=nan"], "train.learning_rate", "nan", "train.learning_rate"),
+    ("routing-nan", [*S, "model.extra.routed_scaling_factor=nan"], "routed_scaling_factor", "not a finite", "finite"),
+    ("stall-timeout-inf", [*S, "run.stall_timeout_s=inf"], "run.stall_timeout_s", "not a finite", "fix"),
+    (
+        "batch-inf-dry-run",
+        [*S, "--dry-run", "train.per_device_batch_size=inf"],
+        "per_device_batch_size",
+        "finite",
+        "fix",
+    ),
+    # Hydra's own settings and removed groups: silently ignored or unhelpful before
+    ("hydra-run-dir", [*S, "hydra.run.dir={tmp}/x"], "hydra.run.dir", "no effect", "run.dir=PATH"),
+    ("hydra-job-chdir", [*S, "hydra.job.chdir=true"], "hydra.job.chdir", "Hydra's own settings", "never changes"),
+    ("hydra-launcher", [*S, "hydra/launcher=joblib"], "hydra/launcher", "Hydra's own settings", "drop it"),
+    ("remove-required-group", [*S, "~hardware"], "~hardware", "every config needs one", "hardware=cpu"),
+    ("remove-section", [*S, "~parallelism"], "~parallelism", "every config has", "parallelism.KEY=VALUE"),
+    ("format-without-dry-run", [*S, "--format", "json"], "--format json", "--dry-run only", "drop --format"),
+    (
+        "format-with-sweep",
+        ["train", "-m", "experiment=smoke", "train.steps=1,2", "--format", "json"],
+        "-m",
+        "sweep",
+        "drop",
+    ),
+    # run directories that are links leading nowhere
+    ("run-dir-dangling-link", [*S, "run.dir={tmp}/dangling"], "run.dir", "which does not exist", "mkdir -p"),
+    ("run-dir-link-loop", [*S, "run.dir={tmp}/looping/run"], "run.dir", "a loop of links", "remove the link"),
+    ("run-dir-link-loop-dry-run", [*S, "--dry-run", "run.dir={tmp}/looping"], "run.dir", "loop", "remove the link"),
+    # render's output: nothing replaced, nothing half-written
+    (
+        "render-out-directory",
+        [*R, "target=jobset", "-o", "{tmp}/notes"],
+        "-o {tmp}/notes",
+        "is a directory",
+        "file path",
+    ),
+    (
+        "render-out-unwritable",
+        [*R, "target=slurm", "-o", "/proc/moekit-render/job.sh"],
+        "-o /proc/moekit-render/job.sh",
+        "could not write it",
+        "a folder you can write to",
+    ),
+    (
+        "render-refresh-unreadable-header",
+        ["render", "--refresh", "{tmp}/manifests-quote"],
+        "{tmp}/manifests-quote/b.yaml",
+        "'# render:' line cannot be read",
+        "render it again",
+    ),
+    (
+        "render-refresh-foreign-header",
+        ["render", "--refresh", "{tmp}/manifests-foreign"],
+        "{tmp}/manifests-foreign/b.yaml",
+        "is not a `moekit render` command",
+        "render it again",
+    ),
+    (
+        "render-refresh-bad-override",
+        ["render", "--refresh", "{tmp}/manifests-badkey"],
+        "{tmp}/manifests-badkey/b.yaml (from its '# render:' line)",
+        "unknown config key 'train.stepz'",
+        "did you mean train.steps?",
+    ),
+    # damaged, foreign, unfinished and read-only run directories
+    ("report-config-wrong-type", ["report", "{tmp}/wrongtypes"], "config.yaml: cluster", "not a mapping", "restore"),
+    (
+        "report-config-wrong-number",
+        ["report", "{tmp}/wrongsteps"],
+        "train.steps",
+        "not a positive whole",
+        "moekit train",
+    ),
+    (
+        "report-manifest-wrong-type",
+        ["report", "{tmp}/badmanifest"],
+        "{tmp}/badmanifest",
+        "not a moekit manifest",
+        "moekit train",
+    ),
+    ("report-sweep-folder", ["report", "{tmp}/sweep"], "is a sweep folder", "its runs are 0, 1", "fix: moekit report"),
+    (
+        "report-out-unwritable",
+        ["report", "{tmp}/finished", "--out", "/proc/moekit-report"],
+        "/proc",
+        "cannot write",
+        "--out",
+    ),
+    ("run-dir-foreign-manifest", [*S, "run.dir={tmp}/badmanifest"], "run.dir", "not a moekit manifest", "new run.dir"),
+    # verify's reference: finished, or nothing trains
+    (
+        "verify-failed-reference",
+        ["verify", "--reference", "{tmp}/other", "--candidate", "moe=dense"],
+        "--reference {tmp}/other",
+        "no metrics file",
+        "give a run that finished",
+    ),
+    (
+        "verify-killed-reference",
+        ["verify", "--reference", "{tmp}/killed", "--candidate", "moe=dense"],
+        "--reference {tmp}/killed",
+        "the run is unfinished",
+        "give a run that finished",
+    ),
+    (
+        "verify-short-reference",
+        ["verify", "--reference", "{tmp}/finished", "--candidate", "moe=dense"],
+        "--reference {tmp}/finished",
+        "its metrics hold 1 of train.steps=",
+        "drop --reference to train one",
+    ),
+    # fix hints that point the right way
+    (
+        "label-list-value",
+        [*R, "target=jobset", "cluster.node_selector.pool=[a,b]"],
+        "cluster.node_selector.pool",
+        "valid string",
+        "give cluster.node_selector.pool one plain value",
+    ),
+    ("env-mapping-value", [*S, "hardware.env.K={a: 1}"], "hardware.env.K", "valid string", "one plain value"),
+    (
+        "mesh-with-fill-axis-set",
+        [*S, "parallelism.ici.expert=3"],
+        "parallelism.ici",
+        "does not match 1 devices per slice",
+        "fix: parallelism.ici.expert=1 (the axis at -1, fsdp, then fills",
+    ),
+    (
+        "mesh-two-fixed-axes",
+        [*S, "cluster.processes_per_node=2", "parallelism.ici.data=4", "parallelism.ici.tensor=2"],
+        "parallelism.ici",
+        "does not match 2 devices",
+        "parallelism.ici.data=2 parallelism.ici.tensor=1",
+    ),
+    ("experiment-partial-name", ["train", "experiment=mixtral"], "experiment=", "closest names", "=mixtral_8x22b_"),
+    ("experiment-typo", ["train", "experiment=smoke-cpu"], "experiment=", "closest names", "fix: experiment=smoke"),
+    # tune: refused up front, before its sweep folder and its first run
+    (
+        "tune-gpu-base-on-cpu",
+        ["tune", "experiment=qwen3_235b_proxy_h200", "--axis", "train.seq_len=128,256", "--out", "{tmp}/tune"],
+        "hardware=h200",
+        "cannot run on this host; nothing was launched",
+        "tune the CPU form here: moekit tune experiment=smoke",
+    ),
+    (
+        "tune-preset-exists",
+        ["tune", "experiment=smoke", "--name", "smoke_gpu", "--write-preset", "--out", "{tmp}/tune"],
+        "--write-preset",
+        "smoke_gpu.yaml exists, and a tune never replaces an experiment file",
+        "--name smoke_gpu_2",
+    ),
     # the command line itself
     ("unknown-command", ["trian"], "COMMAND", "invalid choice: 'trian'", "did you mean train?"),
     ("dry-run-format", [*S, "--dry-run", "--format", "xml"], "--format", "invalid choice: 'xml'", "choose from"),
@@ -310,6 +551,33 @@ def _populate(tmp: Path) -> None:
     (tmp / "finished" / "metrics.jsonl").write_text(json.dumps(step) + "\n")
     (tmp / "emptyrun" / "metrics.jsonl").write_text("")
     (tmp / "corruptmetrics" / "metrics.jsonl").write_text(json.dumps(step) + "\n{garbage\n" + json.dumps(step) + "\n")
+    for name, status, overrides in [("killed", "running", []), ("wrongtypes", "ok", []), ("wrongsteps", "ok", [])]:
+        d = tmp / name
+        d.mkdir()
+        (d / "manifest.json").write_text(_manifest(status))
+        (d / "config.yaml").write_text(_config_yaml(overrides))
+        (d / "metrics.jsonl").write_text(json.dumps(step) + "\n")
+    (tmp / "killed" / ".moekit.lock").write_text("")  # left by a `moekit train` killed with SIGKILL
+    (tmp / "wrongtypes" / "config.yaml").write_text("cluster: 5\ntrain: {steps: 2}\n")
+    (tmp / "wrongsteps" / "config.yaml").write_text("train: {steps: ten}\n")
+    (tmp / "badmanifest").mkdir()
+    (tmp / "badmanifest" / "manifest.json").write_text(json.dumps({"status": "ok", "overrides": 5}))
+    (tmp / "badmanifest" / "config.yaml").write_text(_config_yaml([]))
+    (tmp / "badmanifest" / "metrics.jsonl").write_text(json.dumps(step) + "\n")
+    for i in (0, 1):  # a sweep folder: `train -m` puts each run in <folder>/<index>
+        (tmp / "sweep" / str(i)).mkdir(parents=True)
+        (tmp / "sweep" / str(i) / "manifest.json").write_text(_manifest("ok"))
+    (tmp / "dangling").symlink_to(tmp / "nowhere")
+    (tmp / "looping").symlink_to(tmp / "looping")
+    good = render_cmd.render(["target=jobset", "experiment=smoke"])[0]
+    for folder, header in [
+        ("manifests-quote", "# render: moekit render target=jobset 'experiment=smoke\n"),
+        ("manifests-foreign", "# render: kubectl apply -f b.yaml\n"),
+        ("manifests-badkey", "# render: moekit render target=jobset experiment=smoke train.stepz=3\n"),
+    ]:
+        (tmp / folder).mkdir()
+        (tmp / folder / "a.yaml").write_text(good)  # renders fine, and must not be replaced either
+        (tmp / folder / "b.yaml").write_text(header + "kind: JobSet\n")
     (tmp / "corrupt").mkdir()
     (tmp / "corrupt" / "manifest.json").write_text('{"status": "runn')
     (tmp / "corrupt" / "config.yaml").write_text(_config_yaml([]))
@@ -344,7 +612,7 @@ def _taken_port():
 
 @pytest.mark.parametrize("case, argv, field, problem, fix", CASES, ids=[c[0] for c in CASES])
 def test_bad_input(case, argv, field, problem, fix, playground):
-    if case == "gpu-config-without-gpu" and Path("/dev/nvidia0").exists():
+    if case in ("gpu-config-without-gpu", "tune-gpu-base-on-cpu") and Path("/dev/nvidia0").exists():
         pytest.skip("this host has a GPU")
     before = _snapshot(playground)
     lock = None
@@ -372,7 +640,7 @@ def test_bad_input(case, argv, field, problem, fix, playground):
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 80 and len({c[0] for c in CASES}) == len(CASES)
+    assert len(CASES) >= 130 and len({c[0] for c in CASES}) == len(CASES)
 
 
 # ---- every fix a message spells out is itself accepted ----
@@ -554,3 +822,180 @@ def test_te_backend_without_transformer_engine():
     (found,) = preflight.te_present(compose("dsv3_proxy_h200", ["moe=te"]), host)
     assert re.search(r"moe=te: runs TransformerEngine.*moe=tokamax", str(found), re.S)
     assert not list(preflight.te_present(compose("dsv3_proxy_h200", []), host))  # other back ends need no TE
+
+
+# ---- values arrive as typed: an environment variable or a node label is text ----
+
+AS_TYPED = [  # override, the variable or label, the text that must arrive
+    ("cluster.env.LIB_VERSION=1.10", "LIB_VERSION", "1.10"),
+    ("hardware.env.LIMIT=1e3", "LIMIT", "1e3"),
+    ("network.env.ZIP=007", "ZIP", "007"),
+    ("xla.env.ENABLED=true", "ENABLED", "true"),
+    ("memory.env.HEX=0x1F", "HEX", "0x1F"),
+    ("cluster.env.ON=true", "ON", "true"),
+    ("cluster.env.OCT=0o17", "OCT", "0o17"),
+    ("cluster.env.SEP=1_000", "SEP", "1_000"),
+    ("cluster.env.BIG=.5e-3", "BIG", ".5e-3"),
+]
+
+
+@pytest.mark.parametrize("override, name, text", AS_TYPED, ids=[c[1] for c in AS_TYPED])
+def test_environment_values_arrive_as_typed(override, name, text):
+    """In a run's environment (dry-run JSON) and in a render (Compose), exactly the text typed."""
+    if not override.startswith("cluster.env."):  # the process environment of a run (a pod's composes it again)
+        proc = moekit(*S, override, "--dry-run", "--format", "json")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["env"][name] == text
+        return
+    proc = moekit(*R, "target=compose", override)  # cluster.env is written into the rendered services
+    assert proc.returncode == 0, proc.stderr
+    services = yaml.safe_load(proc.stdout)["services"]
+    assert {s["environment"][name] for s in services.values()} == {text}
+
+
+def test_node_selector_values_arrive_as_typed():
+    proc = moekit(*R, "target=jobset", "cluster.node_selector.gpu=true", "cluster.node_selector.rev=2.10")
+    assert proc.returncode == 0, proc.stderr
+    spec = yaml.safe_load(proc.stdout)["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpu": "true", "rev": "2.10"}
+
+
+# ---- user config files (MOEKIT_CONF_DIR) that are not valid YAML ----
+
+CONF_FILES = [  # id, file under conf/, its text, words naming the problem, words of the fix
+    ("yaml-syntax", "experiment/mine.yaml", "train:\n  steps: [1,\n", "not valid YAML", "correct the file"),
+    ("yaml-tab", "experiment/mine.yaml", "train:\n\tsteps: 3\n", "not valid YAML", "at that line"),
+    ("duplicate-key", "experiment/mine.yaml", "train:\n  steps: 3\n  seed: 1\n  steps: 4\n", "duplicate key", "one"),
+    ("duplicate-top-key", "model/mine.yaml", "name: a\nname: b\n", "found duplicate key name", "keep one name:"),
+    (
+        "python-tag",
+        "experiment/mine.yaml",
+        "x: !!python/object/apply:os.system ['touch {canary}']\n",
+        "the YAML tag !!python/object/apply:os.system is not allowed",
+        "remove the tag",
+    ),
+    ("custom-tag", "local/default.yaml", "run:\n  name: !env HOME\n", "tag !env is not allowed", "remove the tag"),
+    ("not-utf8", "experiment/mine.yaml", "name: caf\udce9\n", "not UTF-8 text", "save it as UTF-8"),
+    (
+        "missing-package-line",
+        "experiment/mine.yaml",
+        "defaults:\n  - override /model: deepseek3_tiny\n",
+        "Could",
+        "@package",
+    ),
+    ("unknown-option-in-file", "experiment/mine.yaml", "defaults:\n  - override /moe: fast\n", "moe=", "defaults list"),
+]
+
+
+@pytest.mark.parametrize("case, name, text, problem, fix", CONF_FILES, ids=[c[0] for c in CONF_FILES])
+def test_user_config_file_errors(case, name, text, problem, fix, tmp_path):
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    canary = tmp_path / "canary"
+    (conf / name).parent.mkdir(exist_ok=True)
+    head = "# @package _global_\n" * (name.startswith("experiment/") and case != "missing-package-line")
+    (conf / name).write_bytes((head + text.format(canary=canary)).encode("utf8", "surrogateescape"))
+    group, option = name.removesuffix(".yaml").split("/")
+    chosen = [f"{group}={option}"] if group != "local" else []
+    for argv in (["train", "experiment=smoke", *chosen, "--dry-run"], ["config", "show", *chosen]):
+        proc = moekit(*argv, env={"MOEKIT_CONF_DIR": str(conf)})
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in out, out
+        named = str(conf / name) in out or case == "unknown-option-in-file"  # Hydra names no file for that one
+        assert named and problem in out and fix in out, out
+    assert not canary.exists(), "a YAML tag was executed"
+
+
+# ---- render's output on a full disk, and standard output on a full disk ----
+
+
+def test_render_on_a_full_disk_keeps_the_old_manifest(tmp_path):
+    from conftest import mount_tmpfs
+
+    disk = tmp_path / "disk"
+    mount_tmpfs(disk, "16k")
+    try:
+        target = disk / "job.yaml"
+        assert moekit(*R, "target=jobset", "-o", str(target)).returncode == 0
+        old = target.read_bytes()
+        filler = disk / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:  # fill the disk
+            while os.write(fd, b"x" * 1024):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        proc = moekit(*R, "target=jobset", "train.steps=7", "-o", str(target))
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in out, out
+        assert f"-o {target}" in out and "No space left" in out and "the existing file is unchanged" in out, out
+        assert "free space there" in out
+        assert target.read_bytes() == old
+        assert sorted(p.name for p in disk.iterdir()) == ["filler", "job.yaml"], "a temporary file was left"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+@pytest.mark.parametrize("argv", [[*R, "target=slurm"], [*S, "--dry-run", "--format", "json"], ["config", "groups"]])
+def test_standard_output_on_a_full_disk(argv):
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "moekit", *argv], stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO
+        )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "could not write standard output (No space left on device)" in proc.stderr
+    assert "fix: free space" in proc.stderr
+
+
+def test_refresh_replaces_nothing_when_one_file_fails(playground):
+    """--refresh renders every file before it writes any: the good file beside a broken one is untouched."""
+    folder = playground / "manifests-badkey"
+    before = (folder / "a.yaml").read_bytes()
+    assert moekit("render", "--refresh", str(folder)).returncode == 2
+    assert (folder / "a.yaml").read_bytes() == before
+
+
+# ---- a run killed with SIGKILL is reported as unfinished, never as running ----
+
+
+def test_report_of_a_killed_run_says_unfinished(playground, tmp_path):
+    proc = moekit("report", str(playground / "killed"), "--out", str(tmp_path / "report"))
+    assert proc.returncode == 0, proc.stderr
+    assert "unfinished" in proc.stdout and "running" not in proc.stdout, proc.stdout
+
+
+# ---- the README's first-hour commands, run as printed ----
+
+
+def _readme_command(words: str) -> list[str]:
+    """The README line holding `words`, as argv after `moekit` (without its comment and redirect)."""
+    import shlex
+
+    line = next(ln for ln in (REPO / "README.md").read_text().splitlines() if words in ln)
+    argv = shlex.split(line.split("#", 1)[0].split(">", 1)[0])
+    return argv[argv.index(next(a for a in argv if a.endswith("moekit"))) + 1 :]
+
+
+def test_readme_two_node_compose_render_warns_nothing():
+    argv = _readme_command("target=compose cluster.nodes=2")
+    proc = moekit(*argv)
+    assert proc.returncode == 0, proc.stderr
+    assert "warning" not in proc.stderr, proc.stderr
+    assert len(yaml.safe_load(proc.stdout)["services"]) == 2
+
+
+def test_readme_gpu_tune_on_cpu_says_so_up_front(tmp_path):
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this host has a GPU")
+    argv = _readme_command("tune experiment=dsv3_proxy_h200")
+    proc = moekit(*argv, "--out", str(tmp_path / "tune"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out, out
+    assert out.count("moekit: error:") == 1 and "tune the CPU form here: moekit tune experiment=smoke" in out
+    cpu_form = out.split("tune the CPU form here: ", 1)[1].split()[:4]
+    assert " ".join(cpu_form) in (REPO / "README.md").read_text()  # the CPU form is the README's own line
+    assert not (tmp_path / "tune").exists()

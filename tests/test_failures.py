@@ -98,6 +98,9 @@ CASES = [  # id, returncode, log tail, class
     ("ckpt-truncated-data", 1, CKPT_TRUNCATED, "corrupt_checkpoint"),
     ("ckpt-items-missing", 1, CKPT_NO_ITEMS, "corrupt_checkpoint"),
     ("ckpt-manifest-cut", 1, CKPT_MANIFEST, "corrupt_checkpoint"),
+    # MaxText stops itself on a loss that is not finite (abort_on_nan_loss / abort_on_inf_loss): its own class.
+    ("nan-loss", 1, "completed step: 3, seconds: 0.1, loss: nan\nAborting training due to NaN loss.", "nan_loss"),
+    ("inf-loss", 1, "I1204 12:00:00 max_logging.py:41] Aborting training due to Inf loss.", "nan_loss"),
     (
         "xla-unknown-flag",
         -6,
@@ -293,3 +296,49 @@ def test_disk_full_at_a_checkpoint(tmp_path):
         assert at is not None and at < len(lines) - failures.TAIL_LINES  # outside the tail
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+# ---- library notices stay in the log, out of the failure's console excerpt ----
+
+NOISE_LINES = [
+    "[transformers] PyTorch was not found. Models won't be available and only tokenizers, configuration and "
+    "file/data utilities can be used.",
+    "I1204 10:11:12.123456 1234 gemm_algorithm_picker.cc:456] autotuning for fusion.12 took 3 ms",
+    "I1204 10:11:12.123456 1234 autotuner_util.cc:100] Autotune cache hit",
+    "W1204 10:11:12.123456 1234 bfc_allocator.cc:312] Garbage collection: deallocate free memory regions",
+]
+MEANINGFUL_LINES = [
+    "completed step: 3, seconds: 0.1, loss: nan",
+    "Aborting training due to NaN loss.",
+    "W1204 10:11:12.123456 1234 bfc_allocator.cc:485] Allocator (GPU_0_bfc) ran out of memory trying to allocate",
+    "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory",
+    "Traceback (most recent call last):",
+]
+
+
+def test_console_leaves_out_library_notices_only():
+    from moekit import console
+
+    assert all(console.is_noise(ln) for ln in NOISE_LINES)
+    assert console.meaningful(NOISE_LINES + MEANINGFUL_LINES) == MEANINGFUL_LINES
+
+
+@pytest.mark.integration
+def test_a_nan_loss_is_its_own_class(tmp_path):
+    """One tiny real run whose learning rate makes the loss NaN by step 3: MaxText stops itself, moekit records
+    `nan_loss` (not a generic error) and points to its troubleshooting section."""
+    run = tmp_path / "run"
+    proc = moekit(
+        "train",
+        "experiment=smoke",
+        "train.steps=4",
+        "train.learning_rate=1e30",
+        "train.warmup_steps_fraction=0",
+        f"run.dir={run}",
+        timeout=600,
+    )
+    assert proc.returncode != 0, proc.stdout[-2000:]
+    assert "training failed: loss not finite" in proc.stderr, proc.stderr[-3000:]
+    assert "docs/troubleshooting.md#loss-not-finite" in proc.stderr
+    failure = json.loads((run / "manifest.json").read_text())["failure"]
+    assert failure["class"] == "nan_loss" and "NaN loss" in failure["evidence"]

@@ -203,3 +203,58 @@ def test_jobset_takes_secrets_by_reference_only():
     assert hf == {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}
     inline = moekit("render", "experiment=smoke", "target=jobset", f"maxtext.extra.hf_access_token={EXTRA}")
     assert inline.returncode != 0 and EXTRA not in inline.stdout and "secretKeyRef" not in inline.stdout
+
+
+# ---- secrets reached by interpolation: refused wherever they would land, by every command ----
+
+INDIRECT = [
+    ["train", "experiment=smoke", "--dry-run", "run.name=${oc.env:HF_TOKEN}"],
+    ["train", "experiment=smoke", "hardware.env.NOTE=${oc.env:HF_TOKEN}"],
+    ["train", "experiment=smoke", "--dry-run", "data.files=/d/${oc.env:WANDB_API_KEY,x}/*.parquet"],
+    ["render", "experiment=smoke", "target=jobset", "cluster.env.NOTE=${oc.env:WANDB_API_KEY}"],
+    ["render", "experiment=smoke", "target=compose", "cluster.node_selector.team=${oc.env:HF_TOKEN}"],
+    [
+        "render",
+        "experiment=smoke",
+        "target=slurm",
+        "cluster.account=${hardware.env.HF_TOKEN}",
+        f"hardware.env.HF_TOKEN={HF}",
+    ],
+    [
+        "config",
+        "show",
+        "experiment=smoke",
+        "maxtext.extra.log_period=${oc.env:NCCL_SITE_CONF}",
+        "run.secrets=[NCCL_SITE_CONF]",
+    ],
+    ["plan", "experiment=smoke", "experiment_name=${oc.env:HF_TOKEN}"],
+]
+
+
+@pytest.mark.parametrize("argv", INDIRECT, ids=[a[-1].split("=")[0] + "-" + a[0] for a in INDIRECT])
+def test_secret_by_interpolation_is_refused(argv, tmp_path):
+    extra = [f"run.base_dir={tmp_path}"] if argv[0] == "train" else []
+    proc = moekit(*argv, *extra, env=ENV)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2 and "Traceback" not in out, out
+    _assert_clean(out, "the refusal")
+    assert "a secret" in out and "drop the interpolation from" in out, out
+    assert not any(tmp_path.iterdir()), "a run directory was created"
+
+
+def test_secret_name_may_take_a_secret_by_interpolation():
+    """Under a secret name an interpolated secret is one like any other: a local run passes it on, redacted."""
+    proc = moekit(
+        "train",
+        "experiment=smoke",
+        "--dry-run",
+        "--format",
+        "json",
+        "hardware.env.WANDB_API_KEY=${oc.env:HF_TOKEN}",
+        env=ENV,
+    )
+    assert proc.returncode == 0, proc.stderr
+    _assert_clean(proc.stdout + proc.stderr, "the dry-run output")
+    view = json.loads(proc.stdout)
+    assert view["env"]["WANDB_API_KEY"] == "<redacted>"
+    assert view["config"]["hardware"]["env"]["WANDB_API_KEY"] == "<redacted>"

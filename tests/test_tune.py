@@ -174,3 +174,22 @@ def test_every_sweep_gets_a_new_folder(tmp_path):
     assert len(list((tmp_path / "again").iterdir())) == 2 and (folder / "tune.json").read_text() == before
     assert "refused before launch" in second.stdout
     assert "evidence: [GPUs] hardware=h200: needs NVIDIA GPUs" in second.stdout
+
+
+def test_a_cpu_preset_records_no_gpus_and_no_tflops(tmp_path):
+    """A CPU run has no GPU count and no model-FLOP peak: its preset expects only a step time."""
+    run = tmp_path / "c0"
+    run.mkdir()
+    (run / "config.yaml").write_text("hardware: {platform: cpu}\n")
+    best = {
+        "overrides": ["experiment=smoke", "train.per_device_batch_size=4"],
+        "run_dir": str(run),
+        "tflops_per_device": 0.0,
+        "step_time_s": 0.4242,
+        "devices": 1,
+        "versions": {"host": "h", "platform": "Linux"},
+        "date": "2026-12-04",
+    }
+    expect = yaml.safe_load(preset_yaml("smoke_cpu_tuned", best))["expect"]
+    assert expect["tflops_per_gpu"] is None and expect["provenance"]["gpus"] is None
+    assert expect["step_time_s"] == 0.424

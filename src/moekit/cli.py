@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
+import errno
 import importlib
 import importlib.util
 import os
@@ -104,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", category=UserWarning)
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
-        return importlib.import_module(f"moekit.commands.{COMMANDS[args.command]}").run(args)
+        code = importlib.import_module(f"moekit.commands.{COMMANDS[args.command]}").run(args)
+        sys.stdout.flush()  # a full disk under a redirected stdout fails here, where it is explained below
+        return code
     except MoekitError as exc:
         print(f"moekit: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -114,6 +117,20 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`moekit ... | head`): nothing more to say, no traceback
         _silence_stdout()
         return 141  # 128 + SIGPIPE, what a shell reports for a writer whose pipe closed
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_FULL or exc.filename is not None:
+            raise
+        _silence_stdout()  # what could not be written is lost; the interpreter's last flush must not fail again
+        print(
+            f"moekit: error: could not write standard output ({exc.strerror}).\n"
+            "  fix: free space where it is redirected, or redirect it to another file system",
+            file=sys.stderr,
+        )
+        return 2
+
+
+# A write to standard output failed for want of space (a redirect to a full disk or quota).
+_OUTPUT_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def _silence_stdout() -> None:

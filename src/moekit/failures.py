@@ -100,6 +100,10 @@ CLASSES = (
         ),
     ),
 )
+# The loss became NaN or Inf: MaxText stops itself (abort_on_nan_loss, abort_on_inf_loss). Checked first: the
+# abort is the training's own verdict, whatever else the log says.
+NAN_LOSS = FailureClass("nan_loss", "loss not finite", (r"Aborting training due to (NaN|Inf) loss",))
+CLASSES = (NAN_LOSS, *CLASSES)
 KILLED = FailureClass("killed", "killed by a signal", ())
 OTHER = FailureClass("error", "error in the training program", ())
 # Set by moekit itself, not read from a log: the run was asked to stop (run/preemption.py), or no step finished

@@ -119,6 +119,26 @@ def for_launcher(run: Path, first_process: int) -> Path:
     return run if first_process == 0 else run / LAUNCHERS / str(first_process)
 
 
+def lock_held(lock: Path) -> bool:
+    """Whether a process holds the flock on `lock` now (a missing file: no). Probes without taking it for long
+    and without creating the file; the kernel drops a dead process's lock, so a killed run reads as not held."""
+    import fcntl
+
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
 def new_run_dir(base: Path, experiment: str, now: datetime) -> Path:
     """<base>/<experiment>/<timestamp>[-N]: created exclusively, so two runs never share one."""
     parent = base / experiment

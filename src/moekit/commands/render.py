@@ -104,7 +104,10 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
             f"drop it (cluster={target.cluster} is implied)"
         )
     cfg = ensure_valid(compose([*rest, f"cluster={target.cluster}"] if not chosen else rest))
-    if found := warnings(cfg):
+    found = warnings(cfg)
+    if name == "compose":  # one Docker host: its containers share the host's GPUs and NVLink; no pod network
+        found = [w for w in found if w.key != "network"]
+    if found:
         print(format_warnings(found), file=sys.stderr)
     command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
     what = {"jobset": "JobSet", "slurm": "Slurm batch script", "compose": "Compose project"}.get(name, name)
@@ -114,9 +117,22 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
 
 def recorded_command(path: Path) -> tuple[list[str], str | None]:
     """(overrides, -o label) from the '# render: moekit render ...' line of a rendered file."""
-    for line in path.read_text().splitlines()[:6]:
+    try:
+        head = path.read_text(encoding="utf8", errors="replace").splitlines()[:6]
+    except OSError as exc:
+        raise MoekitError(
+            f"{path}: cannot read it ({exc.strerror}).\n  fix: make it readable, or move it out of the folder"
+        ) from None
+    fix = f"  fix: render it again with `moekit render ... -o {path}`, or move it out of the folder"
+    for line in head:
         if line.startswith("# render: "):
-            words = shlex.split(line.removeprefix("# render: "))[2:]
+            try:
+                words = shlex.split(line.removeprefix("# render: "))
+            except ValueError as exc:
+                raise MoekitError(f"{path}: its '# render:' line cannot be read ({exc}).\n{fix}") from None
+            if words[:2] != ["moekit", "render"] or words[-1:] == ["-o"]:
+                raise MoekitError(f"{path}: its '# render:' line is not a `moekit render` command.\n{fix}")
+            words = words[2:]
             label = words[words.index("-o") + 1] if "-o" in words else None
             return [w for i, w in enumerate(words) if w != "-o" and (i == 0 or words[i - 1] != "-o")], label
     raise MoekitError(f"{path} has no '# render: moekit render ...' header line; it was not written by moekit render")
@@ -126,15 +142,54 @@ def refresh(folder: Path) -> list[Path]:
     """Re-render every moekit-written manifest in `folder` in place; returns the files written."""
     if not folder.is_dir():
         raise MoekitError(f"--refresh {folder}: no such folder; give the folder of rendered manifests (k8s)")
-    written = []
+    rendered = []
     for path in sorted(folder.glob("*")):
         if path.suffix not in (".yaml", ".sh") or path.name == "kustomization.yaml":
             continue
         overrides, label = recorded_command(path)
-        text, _, _ = render(overrides, label)
-        path.write_text(text)
-        written.append(path)
-    return written
+        try:
+            text, _, _ = render(overrides, label)
+        except MoekitError as exc:
+            raise type(exc)(f"{path} (from its '# render:' line): {exc}") from None
+        rendered.append((path, text))
+    for path, text in rendered:  # every file renders before any is replaced
+        write_output(path, text)
+    return [path for path, _ in rendered]
+
+
+def write_output(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically (a temporary file renamed over it): on any failure the old file is
+    intact and the error names the path and a fix. A new file gets the usual mode, a replaced one keeps its own."""
+    import errno
+    import os
+
+    from moekit import rundir
+
+    if path.is_dir():
+        raise MoekitError(f"-o {path}: is a directory.\n  fix: give a file path, e.g. -o {path / 'job.yaml'}")
+    try:
+        if path.exists() and not path.is_file():  # /dev/stdout, a pipe: written into, never replaced
+            with open(path, "w", encoding="utf8") as fh:
+                fh.write(text)
+            return
+        mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
+        rundir.write_atomic(path, text)
+        os.chmod(path, mode)
+    except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        fix = "free space there, or write elsewhere with -o" if full else "write to a folder you can write to with -o"
+        raise MoekitError(
+            f"-o {path}: could not write it ({exc.strerror}); "
+            f"{'the existing file is unchanged' if path.exists() else 'nothing was written'}.\n  fix: {fix}"
+        ) from None
+
+
+def _umask() -> int:
+    import os
+
+    current = os.umask(0)
+    os.umask(current)
+    return current
 
 
 def run(args: argparse.Namespace) -> int:
@@ -156,8 +211,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print("moekit: valid (JobSet CRD, Kubernetes pod schema, JobSet webhook rules)", file=sys.stderr)
     if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(text)
+        write_output(Path(args.output), text)
     else:
         sys.stdout.write(text)
     return 0

@@ -5,7 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from moekit.errors import MoekitError
 from moekit.observe.report_file import write_report
+
+
+def _sweep_members(folder: Path) -> list[str]:
+    """The run directories directly inside a sweep folder (numbered, each with a manifest); [] for a run."""
+    if not folder.is_dir() or (folder / "manifest.json").is_file():
+        return []
+    return sorted(
+        (p.name for p in folder.iterdir() if p.is_dir() and (p / "manifest.json").is_file()),
+        key=lambda n: (not n.isdigit(), int(n) if n.isdigit() else 0, n),
+    )
+
 
 HELP = "report on run directories: steady-state table, speed-ups, published numbers, plots"
 
@@ -20,7 +32,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write report.md and its plots, print the summary tables; returns 0."""
-    path, shown, pngs = write_report(args.runs, args.out)
+    for run_dir in args.runs:
+        if sweep := _sweep_members(run_dir):
+            raise MoekitError(
+                f"{run_dir} is a sweep folder, not one run; its runs are {', '.join(sweep[:6])}"
+                f"{' ...' if len(sweep) > 6 else ''}.\n  fix: moekit report {' '.join(str(run_dir / m) for m in sweep)}"
+                " (or its report.md, written when the sweep ended)"
+            )
+    try:
+        path, shown, pngs = write_report(args.runs, args.out)
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        raise MoekitError(
+            f"cannot write {exc.filename} ({exc.strerror}); the run directories are unchanged.\n"
+            "  fix: give a folder you can write to: moekit report ... --out /tmp/report"
+        ) from None
+    except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:  # records that parse but are foreign
+        raise MoekitError(
+            f"the records of {' '.join(map(str, args.runs))} are corrupt or not moekit's ({type(exc).__name__}: "
+            f"{exc}).\n  fix: report on directories made by `moekit train`"
+        ) from None
     print(shown)
     print(f"moekit: wrote {path} and {', '.join(pngs)}")
     return 0

@@ -9,6 +9,7 @@ import sys
 from moekit.config.checks import CHECKS, ensure_valid, format_warnings, warnings
 from moekit.config.compose import compose
 from moekit.config.schema import Config
+from moekit.errors import MoekitError
 from moekit.observe import progress
 from moekit.run import execute, sweep
 
@@ -27,6 +28,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """A sweep (-m) or one run; returns the exit status."""
+    if args.format != "text" and (args.multirun or not args.dry_run):
+        where = "a sweep (-m)" if args.multirun else "a run (it prints progress, then a summary)"
+        raise MoekitError(
+            f"--format {args.format} applies to one config's --dry-run only, not to {where}.\n"
+            f"  fix: moekit train ... --dry-run --format {args.format}, or drop --format"
+        )
     if args.multirun:
         return sweep.run_sweep(args.overrides, dry_run=args.dry_run)
     return train(args.overrides, dry_run=args.dry_run, fmt=args.format)

@@ -105,6 +105,14 @@ def run(args: argparse.Namespace) -> int:
     if why := formats.EXPERIMENT_NAME.problem(name):  # it names conf/experiment/<name>.yaml and its experiment_name
         raise ConfigError(f"--name {name!r} {why}.\n  fix: --name {experiment or 'default'}_tuned")
     candidates, references = _plan(args)
+    runs_here(args.overrides)
+    target = config_dir() / "experiment" / f"{name}.yaml"
+    if args.write_preset and target.exists():
+        raise ConfigError(
+            f"--write-preset: {target} exists, and a tune never replaces an experiment file (its numbers were "
+            f"measured).\n  fix: --name {name}_2 (a new preset), or leave out --write-preset (the preset is then "
+            "written into the sweep's folder only)"
+        )
     out = rundir.new_run_dir(rundir.absolute(args.out, Path.cwd()), name, datetime.now(UTC))  # never a previous one
     print(f"moekit tune: {len(references)} reference(s) and {len(candidates)} candidate(s); runs in {out}", flush=True)
     runs: list[dict[str, Any]] = []
@@ -168,9 +176,8 @@ def run(args: argparse.Namespace) -> int:
         f"moekit tune: fastest: {tuning.label(best['overrides'])} "
         f"({best['tokens_per_s_per_device']:.0f} tokens/s/device); preset in {preset}"
     )
-    target = config_dir() / "experiment" / f"{name}.yaml"
     if args.write_preset:
-        target.write_text(text)
+        rundir.write_atomic(target, text)
         print(f"moekit tune: wrote {target}; run it with:\n  moekit train experiment={name}")
     else:
         print(
@@ -178,6 +185,29 @@ def run(args: argparse.Namespace) -> int:
             f"  {shlex.join(['cp', str(preset), str(target)])}\n  moekit train experiment={name}"
         )
     return 0
+
+
+# What tune runs on a host without the base's accelerator: the same sweep on the CPU smoke model.
+CPU_FORM = "moekit tune experiment=smoke --axis train.per_device_batch_size=2,4"
+
+
+def runs_here(base: list[str]) -> None:
+    """Refuse, before any folder or run, a sweep whose base needs what this host lacks (GPUs, TransformerEngine):
+    every trial would be refused one by one."""
+    import os
+
+    from moekit.run import preflight
+
+    cfg = compose(base)
+    host = preflight.Host(dict(os.environ))
+    probes = (preflight.gpus_present, preflight.te_present, preflight.te_gmm_ready)
+    found = [p for probe in probes for p in probe(cfg, host) if not isinstance(p, str)]
+    if found:
+        body = "\n".join(f"  - {p}" for p in found)
+        raise MoekitError(
+            f"the sweep's base ({tuning.label(base)}) cannot run on this host; nothing was launched:\n{body}\n"
+            f"  fix: run the tune on a host that has them, or tune the CPU form here: {CPU_FORM}"
+        )
 
 
 def _why(r: dict[str, Any]) -> str:
@@ -221,6 +251,16 @@ def format_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _platform(run_dir: Path) -> str | None:
+    """hardware.platform of the run the preset comes from (its config.yaml), or None when unreadable."""
+    from moekit.run import records
+
+    try:
+        return ((records.read_config(run_dir) or {}).get("hardware") or {}).get("platform")
+    except (MoekitError, AttributeError):
+        return None
+
+
 def preset_yaml(name: str, best: dict[str, Any]) -> str:
     """The winner as an experiment file: the base experiment's file with the winning overrides applied."""
     overrides = best["overrides"]
@@ -240,15 +280,17 @@ def preset_yaml(name: str, best: dict[str, Any]) -> str:
             tuning.set_dotted(body, key, yaml.safe_load(value))
     v = best.get("versions") or {}
     body["experiment_name"] = name
+    gpu = _platform(Path(best["run_dir"])) == "gpu" and bool(best.get("tflops_per_device"))
     body["expect"] = {
-        "tflops_per_gpu": round(best["tflops_per_device"], 1),
+        # A CPU has no model-FLOP peak moekit measures against: only its step time is a number to expect.
+        "tflops_per_gpu": round(best["tflops_per_device"], 1) if gpu else None,
         "step_time_s": round(best["step_time_s"], 3),
         "provenance": {
             "kind": "measured",
             "source": f"moekit tune on {v.get('host', '?')} ({v.get('platform', '?')}); jax {v.get('jax')}, "
             f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}; "
             f"candidate {Path(best['run_dir']).name} of the sweep",  # a folder name, never a machine's path
-            "gpus": best.get("devices") or 1,
+            "gpus": (best.get("devices") or 1) if gpu else None,
             "date": best.get("date"),
         },
     }

@@ -19,7 +19,7 @@ from moekit.config.compose import compose
 from moekit.config.schema import Config
 from moekit.errors import MoekitError
 from moekit.observe import compare, metrics, rundata
-from moekit.run import execute
+from moekit.run import execute, records
 
 HELP = "numerical equivalence gate: reference vs candidate overrides, same seed and data, N steps"
 DEFAULT_STEPS = 6
@@ -65,12 +65,32 @@ def _tokens_per_step(cfg: Config) -> float:
     return cfg.global_batch * cfg.train.seq_len
 
 
+def finished_reference(path: Path) -> rundata.Run:
+    """The run at `path`, refused unless it finished (status ok) every step its config asked for: a candidate is
+    only ever compared with a whole reference, and nothing trains before that is known."""
+    fix = "  fix: give a run that finished (`moekit report RUN_DIR` shows its status), or drop --reference to train one"
+    try:
+        run = rundata.load(path)
+    except MoekitError as exc:
+        raise VerifyError(f"--reference {path}: {exc}\n{fix}") from None
+    status = run.manifest.status or "without a recorded status"
+    if status != records.OK:
+        raise VerifyError(f"--reference {path}: the run is {status}, not finished; nothing was launched.\n{fix}")
+    steps = (run.config.get("train") or {}).get("steps")
+    done = len({r.get("step") for r in run.metrics.rows})
+    if isinstance(steps, int) and done < steps:
+        raise VerifyError(
+            f"--reference {path}: its metrics hold {done} of train.steps={steps} steps; nothing was launched.\n{fix}"
+        )
+    return run
+
+
 def plan(args: argparse.Namespace) -> tuple[list[str], Config, list[tuple[list[str], Config]]]:
     """The reference's overrides and config, and each candidate's, all composed and checked before anything trains."""
     if args.reference is not None:
         if args.overrides or args.steps is not None:
             raise VerifyError("--reference RUN_DIR brings its own overrides and steps; drop the others.")
-        base = rundata.load(args.reference).overrides
+        base = finished_reference(args.reference).overrides
     else:
         base = reference_overrides(args.overrides, args.steps)
     candidates = [shlex.split(c) for c in args.candidate]

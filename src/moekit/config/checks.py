@@ -73,8 +73,27 @@ def mesh_matches_devices(cfg: Config) -> Iterator[Problem]:
             f"mesh product {axes} does not match {per_slice} devices per slice "
             f"({cfg.cluster.nodes} nodes x {cfg.devices_per_process * cfg.cluster.processes_per_node} devices "
             f"/ {cfg.num_slices} slices)",
-            "set one ICI axis to -1 (e.g. parallelism.ici.fsdp=-1) or make the product equal the devices per slice",
+            _mesh_fix(dict(ici.items()), per_slice),
         )
+
+
+def _mesh_fix(ici: dict[str, int], per_slice: int) -> str:
+    """Axis sizes that make the mesh fit `per_slice` devices: with an axis at -1 already, the fixed axes shrunk
+    (greedily, each to what still divides the devices left); else one axis to -1."""
+    fill = [k for k, v in ici.items() if v == -1]
+    if not fill:
+        return "set one ICI axis to -1 (e.g. parallelism.ici.fsdp=-1) or make the product equal the devices per slice"
+    left, changes = per_slice, []
+    for axis, size in ici.items():
+        if size == -1:
+            continue
+        fits = math.gcd(size, left)
+        if fits != size:
+            changes.append(f"parallelism.ici.{axis}={fits}")
+        left //= fits
+    if not changes:
+        return f"make the product of the fixed ICI axes divide {per_slice}"
+    return f"{' '.join(changes)} (the axis at -1, {fill[0]}, then fills the remaining devices)"
 
 
 @check
@@ -637,6 +656,91 @@ def network_fits_the_layout(cfg: Config) -> Iterator[Problem]:
         )
 
 
+INT64_MAX = 2**63 - 1
+# JAX without 64-bit mode (MaxText's) keeps a seed's low 32 bits: seeds that differ above them train alike.
+SEED_MAX = 2**32 - 1
+
+
+def _schema_default(key: str) -> object:
+    """The schema's default for a dotted key, or None (a free-form mapping's key has none)."""
+    from pydantic import BaseModel
+
+    model: object = Config
+    value: object = None
+    for part in key.split("."):
+        fields = getattr(model, "model_fields", None) if isinstance(model, type) else None
+        if not fields or part not in fields:
+            return None
+        field = fields[part]
+        value = None if field.is_required() else field.get_default(call_default_factory=True)
+        model = field.annotation
+    return None if isinstance(value, (BaseModel, dict, list)) else value
+
+
+def _number_fix(key: str, kind: str) -> str:
+    default = _schema_default(key)
+    return f"{key}={default}" if default is not None else f"give {key} {kind}"
+
+
+def numbers_in_range(cfg: Config) -> Iterator[Problem]:
+    """Every number is finite and fits the 64-bit integers MaxText and JAX compute with (the seed, 32 bits):
+    inf, nan or 10**20 would pass composition and fail only after launch, or train on silently."""
+    for key, value in _numbers(cfg.to_dict()):
+        if isinstance(value, float) and not math.isfinite(value):
+            yield Problem(key, f"{value} is not a finite number", _number_fix(key, "a finite number"))
+        elif isinstance(value, int) and key == "train.seed" and not 0 <= value <= SEED_MAX:
+            yield Problem(
+                key,
+                f"{value} is outside 0..{SEED_MAX}: JAX (32-bit mode) keeps only a seed's low 32 bits",
+                "train.seed=0 (any whole number from 0 to 4294967295)",
+            )
+        elif isinstance(value, int) and abs(value) > INT64_MAX:
+            yield Problem(
+                key,
+                f"{value} does not fit in a 64-bit integer (at most {INT64_MAX})",
+                _number_fix(key, "a smaller value"),
+            )
+
+
+# Linux: a file name holds at most 255 bytes, a path 4095; a run directory gets its own files and folders below.
+NAME_BYTES, PATH_BYTES = 255, 3800
+
+
+@check
+def paths_fit_the_file_system(cfg: Config) -> Iterator[Problem]:
+    """run.dir and run.base_dir fit a Linux file system's limits, or the run would fail once launched."""
+    for key in ("run.dir", "run.base_dir"):
+        value = cfg.run.dir if key == "run.dir" else cfg.run.base_dir
+        if not value:
+            continue
+        long = [part for part in value.split("/") if len(part.encode("utf8")) > NAME_BYTES]
+        if long:
+            yield Problem(
+                key,
+                f"the folder name {long[0][:40]!r}... is {len(long[0].encode('utf8'))} bytes; a file system allows "
+                f"at most {NAME_BYTES}",
+                f"give {key} shorter folder names",
+            )
+        elif len(value.encode("utf8")) > PATH_BYTES:
+            yield Problem(
+                key,
+                f"is {len(value.encode('utf8'))} bytes long; at most {PATH_BYTES} leaves room for the run's own "
+                "files below it (Linux allows 4095 in all)",
+                f"give {key} a shorter path",
+            )
+
+
+def _numbers(node: object, path: str = "") -> Iterator[tuple[str, int | float]]:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _numbers(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _numbers(v, f"{path}.{i}")
+    elif isinstance(node, (int, float)) and not isinstance(node, bool):
+        yield path, node
+
+
 @check
 def no_inline_secrets(cfg: Config) -> Iterator[Problem]:
     """A rendered manifest or batch script is a file people share: secrets go in by reference only."""
@@ -656,7 +760,10 @@ def no_inline_secrets(cfg: Config) -> Iterator[Problem]:
 
 
 def problems(cfg: Config) -> list[Problem]:
-    """Every check's problems, in registration order; empty for a valid config."""
+    """Every check's problems, in registration order; empty for a valid config. Numbers out of range (inf, nan,
+    beyond 64 bits) come alone: the other checks compute with them."""
+    if found := list(numbers_in_range(cfg)):
+        return found
     return [p for fn in CHECKS for p in fn(cfg)]
 
 

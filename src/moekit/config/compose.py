@@ -5,14 +5,16 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import re
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
-from moekit.config import formats
+from moekit.config import formats, interpolation
 from moekit.config.schema import Config, defaults
 from moekit.errors import ConfigError
 
@@ -23,6 +25,16 @@ OPEN_MAPPINGS = (
     "memory.tensors.",
     "memory.env.",
     "xla.flags.",
+    "xla.env.",
+    "hardware.env.",
+    "network.env.",
+    "cluster.env.",
+    "cluster.node_selector.",
+)
+# Mappings whose values are text: an environment variable or a node label holds what the user typed, so
+# `cluster.env.LIB_VERSION=1.10` stays "1.10" (Hydra's grammar would read it as the float 1.1, 1e3 as 1000.0).
+TEXT_MAPPINGS = (
+    "memory.env.",
     "xla.env.",
     "hardware.env.",
     "network.env.",
@@ -106,18 +118,131 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
                 "`# render:` line of rendered files, #SBATCH scripts, command lines), where it would start a new "
                 f"line.\n  fix: write {key} without it (one line of printable text)"
             )
-    overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
+    for o in overrides:
+        if problem := _unsupported(o, conf):
+            raise ConfigError(problem)
+    overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in map(as_typed, overrides)]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
     try:
         with hydra_at(conf):
             return compose(config_name="config", overrides=list(overrides))
+    except yaml.YAMLError as exc:  # a config file that is not YAML, or holds a duplicate key or a tag
+        raise ConfigError(yaml_problem(exc)) from None
+    except UnicodeDecodeError as exc:  # a config file that is not text
+        raise ConfigError(_not_text(conf, exc)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
 
 
+def _not_text(conf: Path, exc: UnicodeDecodeError) -> str:
+    """Which config file is not UTF-8 text (found on this error path only), and the fix."""
+    for path in sorted(conf.rglob("*.yaml")):
+        try:
+            path.read_text(encoding="utf8")
+        except UnicodeDecodeError as bad:
+            return (
+                f"{path}: not UTF-8 text ({bad.reason} at byte {bad.start}).\n"
+                "  fix: save it as UTF-8, or move it out of the config tree"
+            )
+        except OSError:
+            continue
+    return f"a config file under {conf} is not UTF-8 text ({exc.reason}).\n  fix: save it as UTF-8"
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A config file's YAML error as a message naming the file, the line and the fix (no traceback)."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
+    problem = str(getattr(exc, "problem", None) or exc).strip()
+    if "constructor for the tag" in problem:
+        tag = problem.split("tag", 1)[1].strip().strip("'").replace("tag:yaml.org,2002:", "!!")
+        return (
+            f"{where}: the YAML tag {tag} is not allowed: config files are data, and moekit never constructs "
+            f"objects from them (nothing was run).\n  fix: remove the tag and write the value itself ({where})"
+        )
+    if "duplicate key" in problem:
+        first = getattr(exc, "context_mark", None)
+        was = f" (first at line {first.line + 1})" if first is not None else ""
+        return (
+            f"{where}: {problem}{was}; moekit cannot tell which one is meant.\n"
+            f"  fix: keep one {problem.removeprefix('found duplicate key').strip()}: key in that mapping"
+        )
+    quote = "quote values holding ': ', '#', '[' or '{'"
+    return f"{where}: not valid YAML: {problem}.\n  fix: correct the file at that line ({quote})"
+
+
+# Hydra's own settings: moekit composes with Hydra's compose API, which never reads them.
+_HYDRA_FIXES = {
+    "hydra.run.dir": "run.dir=PATH (the run directory) or run.base_dir=PATH (where new ones go)",
+    "hydra.sweep.dir": "run.dir=PATH with -m (the sweep's folder; each run in PATH/<index>)",
+    "hydra.job.chdir": "nothing: moekit never changes directory (relative paths are taken from where you run it)",
+}
+
+
+def _unsupported(override: str, conf: Path) -> str | None:
+    """Why an override that Hydra would take silently does nothing or breaks every config; None if it is fine."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    if key == "hydra" or key.startswith(("hydra.", "hydra/")):
+        fix = next((f for k, f in _HYDRA_FIXES.items() if key.startswith(k)), "drop it")
+        return (
+            f"override {override!r}: moekit does not use Hydra's own settings (hydra.*), so {key} would have no "
+            f"effect.\n  fix: {fix}"
+        )
+    if override.startswith("~") and "=" not in override and key in GROUPS and key not in ("experiment", "ladder"):
+        others = ", ".join(f"{key}={o}" for o in group_options(key, conf))
+        default = _default_option(key, conf)
+        drop = f"drop it (the default {key}={default} of conf/config.yaml applies), or " if default else ""
+        return (
+            f"override {override!r} removes the {key} group, and every config needs one of its options.\n"
+            f"  fix: {drop}choose another option: {others} (moekit config groups describes them)"
+        )
+    if override.startswith("~") and key in _schema_keys([]).split(", ") and "." not in key:
+        return (
+            f"override {override!r} removes the {key} section, which every config has.\n"
+            f"  fix: set its keys instead ({key}.KEY=VALUE; moekit config show lists them)"
+        )
+    return None
+
+
+def _default_option(group: str, conf: Path) -> str | None:
+    """The option conf/config.yaml's defaults list gives `group`, or None."""
+    try:
+        body = yaml.safe_load((conf / "config.yaml").read_text(encoding="utf8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    for entry in body.get("defaults") or []:
+        if isinstance(entry, dict) and group in entry and isinstance(entry[group], str):
+            return entry[group]
+    return None
+
+
+def as_typed(override: str) -> str:
+    """The override with a value under a text mapping quoted when Hydra would read it as a number or boolean,
+    so that it arrives as typed (1.10, 1e3, true, 007)."""
+    key, eq, value = override.partition("=")
+    if not eq or not key.lstrip("+").startswith(TEXT_MAPPINGS) or not value or value[0] in "'\"[{":
+        return override
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_override(override).value()
+    except Exception:  # Hydra's grammar refuses it: compose_raw names the override
+        return override
+    if isinstance(parsed, (bool, int, float)):
+        return f"{key}='{value}'"
+    return override
+
+
 def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> str:
     first = message.strip().splitlines()[0] if message.strip() else message
+    inside = re.match(r"In '([\w/.-]+)': (.*)", first)
+    if inside and (conf / f"{inside[1]}.yaml").is_file() and "Could not find" not in first:  # a file that fails
+        return (
+            f"{conf / inside[1]}.yaml: {inside[2]}\n"
+            "  fix: correct that file: its defaults list names groups and options that exist (moekit config "
+            "groups), and an experiment file starts with `# @package _global_`"
+        )
     for group in GROUPS:
         if f"'{group}/" in message or f"in group '{group}'" in message or f"{group}:" in first:
             options = group_options(group, conf)
@@ -163,26 +288,56 @@ def _unparsable(overrides: Sequence[str]) -> str | None:
     return None
 
 
+_TRYING: list[str] = []  # the options _option_fix is composing now (it must not recurse into itself)
+
+
 def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
     """'did you mean' and a fix example for an unknown group option; the example is one that this config accepts
     (composed and checked with the other overrides), so following the advice never leads to another refusal."""
     from moekit.config.checks import problems
 
     bad = [o for o in overrides if o.split("=", 1)[0].lstrip("+~") == group]
+    if not bad:  # a config file's defaults list chose it (the message's first line names the file)
+        return (
+            f"  fix: correct the {group} entry of the defaults list that chose it (the experiment or option file "
+            "you picked) to one of the options above"
+        )
     rest = [o for o in overrides if o not in bad]
     typed = bad[-1].split("=", 1)[1] if bad else ""
-    options = group_options(group, conf)
-    close = difflib.get_close_matches(typed.replace("-", "_"), options, n=3, cutoff=0.6) if typed else []
-    for option in [*close, *options][:8]:  # each try composes the config (about 0.2 s), on this error path only
+    options = [o for o in group_options(group, conf) if o != typed]  # the one typed exists but fails to compose
+    close = closest(typed, options)
+    if close and group == "experiment":
+        mean = f"  closest names: {', '.join(f'{group}={c}' for c in close)}\n"
+    else:
+        mean = ""
+    # An experiment is a whole setup: only a name close to the one typed is a fix, never an arbitrary other one.
+    tries = close if group == "experiment" else [*close, *options]
+    if _TRYING:  # a try's own error: no nested search for fixes
+        return f"  fix: pick one of them ({group}=OPTION)"
+    for option in tries[:8]:  # each try composes the config (about 0.2 s), on this error path only
         try:
+            _TRYING.append(option)
             if not problems(validate(compose_raw([*rest, f"{group}={option}"], conf))):
-                mean = f"  did you mean {group}={option}?\n" if option in close else ""
+                mean = mean or (f"  did you mean {group}={option}?\n" if option in close else "")
                 return f"{mean}  fix: {group}={option}" + (
                     "" if option in close else " (accepted with your other overrides)"
                 )
         except ConfigError:
             continue
-    return f"  fix: pick one of them ({group}=OPTION)"
+        finally:
+            _TRYING.pop()
+    return f"{mean}  fix: pick one of them ({group}=OPTION; `moekit config groups` says what each is)"
+
+
+def closest(typed: str, options: Sequence[str]) -> list[str]:
+    """Up to three options nearest to `typed`: those that contain it, then the most similar spellings."""
+    if not typed:
+        return []
+    word = typed.replace("-", "_").lower()
+    found = [o for o in options if word in o.lower()]
+    found += difflib.get_close_matches(word, options, n=3, cutoff=0.6)
+    found += difflib.get_close_matches(word, options, n=3, cutoff=0.4)
+    return list(dict.fromkeys(found))[:3]
 
 
 def _valid_keys(parent: str) -> str:
@@ -191,7 +346,11 @@ def _valid_keys(parent: str) -> str:
 
 
 def validate(raw: DictConfig) -> Config:
-    """Type the composed config; pydantic's errors become one readable ConfigError."""
+    """Type the composed config; pydantic's errors become one readable ConfigError. A value that interpolates a
+    secret, or an interpolation that cannot be resolved, is refused first, naming its key."""
+    unresolved = OmegaConf.to_container(raw, resolve=False)
+    interpolation.refuse_secret_indirection(unresolved)
+    interpolation.resolve_each(raw, unresolved)
     data = OmegaConf.to_container(raw, resolve=True)
     try:
         return Config.model_validate(data)
@@ -223,6 +382,10 @@ def _fix_for(loc: Sequence[object]) -> tuple[str, str]:
     key = ".".join(parts) or "config"
     if field is None or (isinstance(model, type) and hasattr(model, "model_fields")):
         return key, f"change the {key} keys named above so that they agree (types and ranges: config/schema.py)"
+    rest = [str(p) for p in loc[len(parts) :] if not str(p).startswith(("function-", "str", "int", "float", "bool"))]
+    if rest and isinstance(field.get_default(call_default_factory=True), dict):  # an entry of a free-form mapping
+        entry = f"{key}.{rest[0]}"
+        return entry, f"give {entry} one plain value: text, a number or true/false, e.g. {entry}=VALUE (not a list)"
     default = None if field.is_required() else field.get_default(call_default_factory=True)
     example = f", e.g. {key}={default}" if default is not None and not isinstance(default, (dict, list)) else ""
     return key, f"give {key} a value of the kind described{example}"

@@ -38,8 +38,10 @@ class Format(NamedTuple):
 
     def problem(self, value: str) -> str | None:
         """Why `value` is not of this kind, or None."""
-        if self.max_len and len(value) > self.max_len:
-            return f"is {len(value)} characters; at most {self.max_len} ({self.described})"
+        size = len(value.encode("utf8"))  # a file name's limit is in bytes; for ASCII the same as characters
+        if self.max_len and size > self.max_len:
+            unit = "characters" if size == len(value) else "bytes (UTF-8)"
+            return f"is {size} {unit}; at most {self.max_len} ({self.described})"
         if not self.pattern.fullmatch(value):
             return f"is not {self.described}"
         return None
@@ -101,13 +103,20 @@ SLURM_TIME = _f(
     r"\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}",
     "a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)",
 )
+# A folder name: at most 255 bytes on Linux file systems; MaxText and moekit add suffixes to some (run names
+# become <name>-<timestamp> and checkpoint folders), so the limit leaves room for them.
+NAME_MAX = 128
 EXPERIMENT_NAME = _f(
-    r"(?!\.\.?$)[A-Za-z0-9_.-]+", "a name of letters, digits, '_', '.' and '-' (it names a folder of run.base_dir)"
+    r"(?!\.\.?$)[A-Za-z0-9_.-]+",
+    f"a name of letters, digits, '_', '.' and '-', at most {NAME_MAX} characters (it names a folder of run.base_dir)",
+    NAME_MAX,
 )
 OPTION_NAME = _f(r"[A-Za-z0-9_.-]+", "a name of letters, digits, '_', '.' and '-'")
 VERSION = _f(r"\d+(\.\d+)*", "a version such as 1.30")
 PATH_COMPONENT = _f(
-    r"(?!\.\.?$)[^/\x00]+", "a single path component (no '/', not '.' or '..'): it names a folder inside run.dir"
+    r"(?!\.\.?$)[^/\x00]+",
+    f"a single path component (no '/', not '.' or '..', at most {NAME_MAX} bytes): it names a folder inside run.dir",
+    NAME_MAX,
 )
 
 

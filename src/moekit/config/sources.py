@@ -14,20 +14,25 @@ from typing import Any
 
 import yaml
 
-from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options, hydra_at
+from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options, hydra_at, yaml_problem
+from moekit.errors import ConfigError
 
 SCHEMA_DEFAULT = "schema default (src/moekit/config/schema.py)"
 
 
 def description(path: Path) -> str:
-    """The first comment line of an option file (a `# @package` directive is not one)."""
+    """The first comment line of an option file (a `# @package` directive is not one), with the comment lines
+    that continue its sentence (they start in lower case), so that no description stops mid-sentence."""
+    found: list[str] = []
     for line in path.read_text(encoding="utf8").splitlines():
         text = line.strip()
-        if text.startswith("#") and not text.startswith("# @package"):
-            return text.lstrip("#").strip()
-        if text and not text.startswith("#"):
+        if text.startswith("# @package") and not found:
+            continue
+        words = text.lstrip("#").strip()
+        if not text.startswith("#") or (found and not words[:1].islower()):
             break
-    return "(no description: its first line should say what it is)"
+        found.append(words)
+    return " ".join(found) or "(no description: its first line should say what it is)"
 
 
 def groups(conf: Path | None = None) -> dict[str, dict[str, str]]:
@@ -76,9 +81,12 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
 
     conf = conf or config_dir()
     hydra_overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
-    with hydra_at(conf):
-        loader = GlobalHydra.instance().config_loader()
-        found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
+    try:
+        with hydra_at(conf):
+            loader = GlobalHydra.instance().config_loader()
+            found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
+    except yaml.YAMLError as exc:
+        raise ConfigError(yaml_problem(exc)) from None
     files, packages, sources = [], {}, {}
     for d in found.defaults:
         if d.config_path is None or d.config_path.startswith("hydra/") or d.package is None:
@@ -88,7 +96,10 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
             continue
         files.append(path)
         packages[path] = d.package
-        body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}
+        try:
+            body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(yaml_problem(exc)) from None
         body.pop("defaults", None)
         for key in flatten(body, d.package):
             parts = key.split(".")

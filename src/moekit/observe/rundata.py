@@ -58,7 +58,40 @@ def _read(read: Callable[[Path], Any], path: Path) -> Any:
     try:
         return read(path)
     except records.Unreadable as exc:
-        raise MetricsError(f"{exc.path} is unreadable ({exc.why}); the run directory is damaged.") from None
+        raise MetricsError(
+            f"{exc.path} is unreadable ({exc.why}); the run directory is damaged. Fix: report on directories made "
+            "by `moekit train` (restore the file from a copy, or train the run again)."
+        ) from None
+    except (TypeError, ValueError, AttributeError) as exc:  # parses, but its fields have foreign types
+        raise MetricsError(
+            f"{path}: a record parses but holds the wrong types ({exc}); the run directory is corrupt or was not "
+            "written by this moekit. Fix: report on directories made by `moekit train` (or train the run again)."
+        ) from None
+
+
+# A run whose manifest says "running" while no process holds its lock: it stopped without recording an end.
+UNFINISHED = "unfinished"
+RUN_LOCK = ".moekit.lock"  # run/attempts.py holds it while a `moekit train` runs the directory
+# The sections of config.yaml a report reads, and the type each must have.
+_SECTIONS = ("train", "cluster", "hardware", "model", "moe", "precision", "parallelism")
+
+
+def _wrong_types(cfg: dict[str, Any], manifest: records.Manifest) -> str | None:
+    """What in a parsed config.yaml or manifest.json does not have the type moekit writes; None when all do."""
+    for name in _SECTIONS:
+        if not isinstance(cfg.get(name, {}), dict):
+            return f"{rundir.CONFIG}: {name} is a {type(cfg[name]).__name__}, not a mapping"
+    for section, keys in (("cluster", ("nodes", "gpus_per_node", "processes_per_node")), ("train", ("steps",))):
+        for key in keys:
+            value = cfg.get(section, {}).get(key, 1)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                return f"{rundir.CONFIG}: {section}.{key} is {value!r}, not a positive whole number"
+    if not isinstance(manifest.overrides, list) or not all(isinstance(o, str) for o in manifest.overrides):
+        return f"{rundir.MANIFEST}: overrides is not a list of text"
+    for name in ("started", "ended", "experiment"):
+        if not isinstance(getattr(manifest, name), str | None):
+            return f"{rundir.MANIFEST}: {name} is {getattr(manifest, name)!r}, not text"
+    return None
 
 
 def load(path: Path) -> Run:
@@ -72,6 +105,13 @@ def load(path: Path) -> Run:
         )
     vers = _read(records.read_versions, path)
     manifest = _read(records.read_manifest, path) or records.Manifest(status="")
+    if why := _wrong_types(cfg, manifest):
+        raise MetricsError(
+            f"{path}: {why}; the run directory is corrupt or was not written by this moekit. Fix: report on "
+            "directories made by `moekit train` (restore the file from a copy, or train the run again)."
+        )
+    if manifest.status == records.RUNNING and not rundir.lock_held(path / RUN_LOCK):
+        manifest.status = UNFINISHED  # no `moekit train` holds it: killed (SIGKILL) or its host went down
     m = metrics.read(path / rundir.METRICS)
     if not m.rows:
         raise MetricsError(f"{m.path} holds no completed step; nothing to report (see {path / rundir.LOG}).")

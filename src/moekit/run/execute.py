@@ -24,11 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from moekit import corpus, failures, redact, rundir, worker
+from moekit import console, corpus, failures, redact, rundir, worker
 from moekit import rendezvous as rz
 from moekit.config.schema import Config
 from moekit.observe import events, metrics, profile, progress, summary
-from moekit.run import attempts, checkpoints, launch, preemption, preflight, records, view, watchdog
+from moekit.run import attempts, checkpoints, compiling, launch, preemption, preflight, records, view, watchdog
 from moekit.translate import job as jobmod
 from moekit.versions import versions
 
@@ -350,12 +350,17 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
     first = ctx.run / jobmod.per_process(events.FILE, int(ctx.procs[0].get(rz.PROCESS_ID, 0)))
     watch = watchdog.Watchdog(cfg.run.stall_timeout_s, started, functools.partial(_last_io, first))
     pace = progress.Pace()
+    ticker = compiling.Ticker()
 
     def on_line(line: str) -> None:
         for p in progress.parse_phase(line):
+            ticker.stop()
             phase(p)
+            if p.startswith("compiling"):
+                ticker.start()
         s = progress.parse(line)
         if s is not None:
+            ticker.stop()
             watch.step_done()
             pace.add(s)
             text = progress.format_progress(s, steps, time.monotonic() - started, pace)
@@ -374,6 +379,7 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
             watch=watch,
             stack_files=stacks,
         )
+    ticker.stop()
     if tty:
         print()
     return outcome, notice
@@ -392,8 +398,9 @@ def _report_failure(failure: failures.Failure, outcome: launch.Outcome, specs: l
     if outcome.failed_rank is not None:
         log = specs[outcome.failed_rank].log
         with _log_lines(log, outcome, outcome.failed_rank) as lines:
-            tail = list(collections.deque((ln.rstrip("\n") for ln in lines), maxlen=15))
-        print(f"  log: {log}", file=sys.stderr)
+            shown = (ln.rstrip("\n") for ln in lines if not console.is_noise(ln))  # the log keeps them all
+            tail = list(collections.deque(shown, maxlen=15))
+        print(f"  log: {log} (last lines, library notices left out)", file=sys.stderr)
         print("\n".join("  | " + t for t in tail), file=sys.stderr)
 
 

@@ -102,7 +102,8 @@ class Stop:
         took = (
             "" if self.signal_to_exit_s is None else f"; workers exited {self.signal_to_exit_s:.1f} s after the signal"
         )
-        evidence = f"{self.signal}; {where}; {self.steps_lost} step(s) lost{took}"
+        lost = "no step had finished" if self.steps_lost is None else f"{self.steps_lost} step(s) lost"
+        evidence = f"{self.signal}; {where}; {lost}{took}"
         return failures.Failure(failures.PREEMPTED.name, failures.PREEMPTED.title, returncode, evidence)
 
     def to_dict(self) -> dict[str, object]:

@@ -69,6 +69,17 @@ def _nearest_existing(path: Path) -> Path:
     return Path("/")
 
 
+def _broken_link(path: Path) -> Path | None:
+    """The first of `path` and its parents that is a symbolic link leading nowhere (dangling or a loop)."""
+    for p in reversed([path, *path.parents]):
+        try:
+            if p.is_symlink() and not p.exists():
+                return p
+        except OSError:  # a loop: ELOOP
+            return p
+    return None
+
+
 def run_dir_usable(cfg: Config, host: Host) -> Iterator[Problem]:
     """The run directory can be created and written, and a run.dir being reused is resumable and free."""
     configured = rundir.configured_dir(cfg)
@@ -77,6 +88,19 @@ def run_dir_usable(cfg: Config, host: Host) -> Iterator[Problem]:
     fix = (
         f"point {key} at a folder you can write (e.g. run.dir=outputs/{cfg.experiment_name}-1), or leave run.dir unset"
     )
+    if link := _broken_link(path):
+        target = rundir.absolute(os.readlink(link), link.parent)
+        try:
+            target.resolve(strict=True)
+            loop = False
+        except FileNotFoundError:
+            loop = False
+        except (OSError, RuntimeError):  # ELOOP (RuntimeError before Python 3.13)
+            loop = True
+        what = "a loop of links (it leads back to itself)" if loop else f"a link to {target}, which does not exist"
+        repair = f"remove the link (rm {link})" if loop else f"create its target (mkdir -p {target})"
+        yield Problem(key, f"{link} is {what}", f"{repair}, or {fix}")
+        return
     if path.exists() and not path.is_dir():
         yield Problem(key, f"{path} is a file, not a directory", fix)
         return

@@ -105,6 +105,12 @@ def read_manifest(run: Path) -> Manifest | None:
         return None
     if not isinstance(data.get("status"), str):
         raise Unreadable(path, "no status: not a moekit manifest")
+    for key, kind in (("overrides", str), ("attempts", dict)):  # what a foreign or damaged manifest gets wrong
+        value = data.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, kind) for v in value):
+            raise Unreadable(
+                path, f"{key} is {type(value).__name__}, not a list of {kind.__name__}: not a moekit manifest"
+            )
     return Manifest.from_dict(data)
 
 
