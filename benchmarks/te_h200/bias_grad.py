@@ -11,25 +11,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from moekit.bench.timing import median_seconds  # noqa: E402
 from moekit.te_gmm import bias  # noqa: E402
-
-
-def timed(fn, *args, repeats: int = 20) -> float:
-    """Median seconds of fn(*args) after one compiling call."""
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return sorted(times)[len(times) // 2]
 
 
 def main() -> None:
@@ -42,7 +31,7 @@ def main() -> None:
     grads = {}
     for name, rows_of in ways.items():
         grad = jax.jit(jax.grad(lambda b, i, f=rows_of: jnp.sum((f(b, i) * upstream).astype(jnp.float32))))
-        seconds = timed(grad, table, index)
+        seconds = median_seconds(grad, table, index)
         grads[name] = grad(table, index).astype(jnp.float32)
         print(json.dumps({"way": name, "rows": rows, "experts": experts, "width": width, "ms": round(seconds * 1e3, 3),
                           "device": str(jax.devices()[0].device_kind), "jax": jax.__version__}), flush=True)
