@@ -30,6 +30,7 @@ COMMANDS = {
     "verify": "verify",
     "plan": "plan",
     "config": "config",
+    "fabric": "fabric",
 }
 
 

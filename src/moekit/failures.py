@@ -57,6 +57,11 @@ CLASSES = (
             r"Error (reading|decoding|opening) .* in OCDBT database",
         ),
     ),
+    FailureClass(  # moekit.fabric's own line: the check named a rank, its host and the link class
+        "fabric",
+        "fabric check failed",
+        (r"moekit: fabric failure: .*",),
+    ),
     FailureClass(
         "out_of_memory",
         "out of memory",

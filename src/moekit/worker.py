@@ -20,8 +20,8 @@ from collections.abc import Collection, Sequence
 
 import yaml
 
+from moekit import fabric, te_gmm
 from moekit import rendezvous as rz
-from moekit import te_gmm
 from moekit.failures import JOINED, JOINING
 from moekit.redact import is_secret_name
 from moekit.rundir import PROFILE_DIR_ENV
@@ -197,8 +197,9 @@ def point_maxtext_at_its_assets(environ: dict[str, str]) -> dict[str, str]:
 
 
 def main() -> None:
-    """Join the rendezvous, prepare the process for MaxText (assets, te_gmm hook, secret arguments), then run the
-    module named by the first argument as `python -m` would, with the remaining arguments."""
+    """Join the rendezvous, prepare the process for MaxText (assets, te_gmm hook, secret arguments), check the
+    fabric (moekit.fabric), then run the module named by the first argument as `python -m` would, with the
+    remaining arguments."""
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m moekit.worker <module> key=value ...")
     module = sys.argv[1]
@@ -215,6 +216,8 @@ def main() -> None:
             hook.install_from_env(dict(os.environ))
         except hook.HookError as exc:
             raise SystemExit(f"moekit: {exc}") from None
+    if not fabric.phase(dict(os.environ)):  # the job's collectives checked and timed before MaxText builds the model
+        return  # fabric.only: the check was the job
     secret = json.loads(os.environ.pop(SECRET_ARGS, "[]"))  # not inherited by what MaxText starts
     # sys.argv lives in this process's memory: what ps and /proc/PID/cmdline show stays the original argv.
     sys.argv = [module, *sys.argv[2:], *secret]
