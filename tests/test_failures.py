@@ -28,6 +28,22 @@ RENDEZVOUS = (
     "fatal errors. absl::Status: DEADLINE_EXCEEDED: Deadline Exceeded\n\nRPC: "
     "/xla.coordination.CoordinationService/RegisterTask"
 )
+# What jax.distributed 0.12 printed when two jobs met on one coordinator port (measured on CPU, 2026-12-04).
+INCARNATION = (
+    "F1204 18:31:00.826750 19664 client.h:86] Terminating process because the JAX distributed service detected "
+    "fatal errors. absl::Status: ABORTED: 0 unexpectedly tried to connect with a different incarnation. It has "
+    "likely restarted.\nRPC: /xla.coordination.CoordinationService/PollForError"
+)
+PORT_TAKEN = (
+    "E1204 18:30:10.480349 17854 add_port.cc:83] Failed to add port to server: No address added out of total 1 "
+    "resolved for '[::]:23456' (Failed to add any wildcard listeners: Error in bind for address '[::]:23456': "
+    "Address already in use)\njax.errors.JaxRuntimeError: UNKNOWN: Failed to start RPC server"
+)
+STRAY_TASK = (
+    "F1204 18:31:25.642282 19854 client.h:86] Terminating process because the JAX distributed service detected "
+    "fatal errors. absl::Status: INVALID_ARGUMENT: Unexpected task registered with task=2\nRPC: "
+    "/xla.coordination.CoordinationService/RegisterTask"
+)
 CONFIG = (
     'Traceback (most recent call last):\n  File "/venv/lib/python3.12/site-packages/maxtext/configs/pyconfig.py", '
     "line 580, in initialize\npydantic_core._pydantic_core.ValidationError: 1 validation error for MaxTextConfig"
@@ -72,6 +88,16 @@ CASES = [  # id, returncode, log tail, class
         -11,
         f"{failures.JOINING} at 10.0.0.1:12355 as process 3 of 8 (timeout 300 s)\nSegmentation fault",
         "rendezvous_timeout",
+    ),
+    ("coordinator-incarnation", -6, INCARNATION, "coordinator_conflict"),
+    ("coordinator-port-taken", 1, PORT_TAKEN, "coordinator_conflict"),
+    ("coordinator-stray-task", -6, STRAY_TASK, "coordinator_conflict"),
+    (
+        "fabric-not-arrived",
+        3,
+        "moekit: fabric failure: rank 1 (host n2) did not arrive at all_to_all/1MiB within fabric.timeout_s=20 "
+        "[link class scale_out]\nE1204 DEADLINE_EXCEEDED",
+        "fabric",
     ),
     ("maxtext-config", 1, CONFIG, "configuration_error"),
     (

@@ -82,6 +82,16 @@ CLASSES = (
             r"NCCL operation\b.*\bfailed",
         ),
     ),
+    FailureClass(  # what jax.distributed 0.12's coordination service says when two jobs meet on one port
+        "coordinator_conflict",
+        "coordinator conflict",
+        (
+            r"unexpectedly tried to connect (with a different incarnation|while it is already in error)",
+            r"Unexpected task registered with task",
+            r"Failed to add port to server.*(Address already in use|bind)",
+            r"Failed to start RPC server",
+        ),
+    ),
     FailureClass(
         "rendezvous_timeout",
         "rendezvous timeout",
