@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, moekit
 
+from conftest import REPO, moekit
 from moekit.run import records
 
 # Tiny 2-process smoke runs: 8 steps leave steady steps after compile and warm-up.
