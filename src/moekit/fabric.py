@@ -378,7 +378,7 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
                 result = fv.judge(c, size, ranks, expected, spec["min_fraction"], size == sizes[-1])
                 record["problems"] += result.pop("problems")
                 record["results"].append(result)
-    record["checked"] = ", ".join(f"{c.name} over {'x'.join(c.axes)}" for c in plan)
+    record["checked"] = ", ".join(f"{c.name} over {'+'.join(c.axes)}" for c in plan)
     record["hosts"] = {str(r): meet.host(r) for r in range(n)}
     record["wall_s"] = time.monotonic() - started
     return record

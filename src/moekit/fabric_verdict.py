@@ -133,7 +133,7 @@ def judge(
                     "link_class": r.link_class,
                     "collective": c.name,
                     "size_bytes": size_bytes,
-                    "what": f"{c.name} of {size_bytes} B gave a wrong result on rank {r.rank}",
+                    "what": f"{c.name} of {size_text(size_bytes)} gave a wrong result on rank {r.rank} (host {r.host})",
                 }
             )
     worst: dict[str, Any] | None = None
@@ -162,8 +162,8 @@ def judge(
                     "link_class": slowest.link_class,
                     "collective": c.name,
                     "size_bytes": size_bytes,
-                    "what": f"{c.name} of {size_bytes} B ran at {bw:.3g} GB/s, {ratio:.0%} of the {rate:g} GB/s "
-                    f"expected {slowest.link_class} (under fabric.min_fraction={min_fraction:g}); group of rank "
+                    "what": f"{c.name} of {size_text(size_bytes)} ran at {bw:.3g} GB/s, {ratio:.0%} of the "
+                    f"{rate:g} GB/s expected {slowest.link_class} (under fabric.min_fraction={min_fraction:g}); group of rank "
                     f"{slowest.rank}: ranks {sorted(m.rank for m in members)}",
                 }
             )
