@@ -163,8 +163,8 @@ def judge(
                     "collective": c.name,
                     "size_bytes": size_bytes,
                     "what": f"{c.name} of {size_text(size_bytes)} ran at {bw:.3g} GB/s, {ratio:.0%} of the "
-                    f"{rate:g} GB/s expected {slowest.link_class} (under fabric.min_fraction={min_fraction:g}); group of rank "
-                    f"{slowest.rank}: ranks {sorted(m.rank for m in members)}",
+                    f"{rate:g} GB/s expected {slowest.link_class} (under fabric.min_fraction={min_fraction:g}); "
+                    f"group of rank {slowest.rank}: ranks {sorted(m.rank for m in members)}",
                 }
             )
     w = worst or {}
