@@ -43,6 +43,7 @@ def format_progress(s: StepLine, total: int, elapsed_s: float) -> str:
 _PHASES = (
     (re.compile(re.escape(JOINED)), "rendezvous complete: every process joined"),
     (re.compile(r"moekit: fabric: (.*)"), "fabric check: {0}"),
+    (re.compile(r"moekit: fabric warning: (.*)"), "fabric check WARNING: {0}"),
     (re.compile(r"restoring from this run's directory step (\d+)"), "restoring the checkpoint of step {0}"),
     (re.compile(r"not restoring checkpoint|restoring from this run's directory"), "compiling the train step"),
     (re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB"), "compiled (MaxText's estimate: {0} GB)"),
