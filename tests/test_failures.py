@@ -319,3 +319,31 @@ def test_disk_full_at_a_checkpoint(tmp_path):
         assert at is not None and at < len(lines) - failures.TAIL_LINES  # outside the tail
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+@pytest.mark.integration
+def test_a_process_of_another_job_is_a_coordinator_conflict(tmp_path):
+    """A 2-process job's coordinator reached by a process of another job (3 processes, id 2): the first process to
+    fail is classified coordinator_conflict, with the coordination service's words, within the timeout."""
+    from conftest import free_port
+
+    port, timeout_s = free_port(), 10
+    specs = []
+    for name, count, pid in (("a0", 2, 0), ("a1", 2, 1), ("stray", 3, 2)):
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "JAX_PLATFORMS": "cpu",
+            rz.COORDINATOR: f"127.0.0.1:{port}",
+            rz.NUM_PROCESSES: str(count),
+            rz.PROCESS_ID: str(pid),
+            rz.TIMEOUT: str(timeout_s),
+        }
+        argv = [sys.executable, "-m", "moekit.worker", "json.tool", "--help"]  # a quick module after the join
+        specs.append(launch.ProcessSpec(argv, env, tmp_path / f"{name}.log"))
+    start = time.monotonic()
+    out = launch.run(specs, grace_s=5)
+    assert out.failed_rank is not None and time.monotonic() - start < 90
+    log = specs[out.failed_rank].log.read_text()
+    got = failures.classify(out.returncodes[out.failed_rank], log)
+    assert got.name == "coordinator_conflict", (out.failed_rank, got, log[-2000:])
+    assert got.doc.endswith("#coordinator-conflict")
