@@ -11,6 +11,7 @@ import pytest
 from conftest import compose, live_workers, moekit
 from moekit import fabric, failures
 from moekit import fabric_verdict as fv
+from moekit.observe import fabric_report
 from moekit.translate import fabric as tfabric
 
 H200 = fv.expected_rates(fabric.links_table(), "h200")
@@ -75,6 +76,16 @@ def test_a_wrong_result_is_named_and_cpu_has_no_rate_verdict():
     assert out["ratio"] is None and out["gb_per_s"] > 0
 
 
+def test_report_rows_put_the_bandwidth_beside_plans_rate():
+    a2a = fv.Collective("all_to_all", ("expert",))
+    size = 256 << 20
+    result = fv.judge(a2a, size, _ranks([size * 0.5 / 225e9] * 2), H200, 0.5, judge_rate=True)
+    record = {"results": [result], "link_names": fv.link_names("gpu")}
+    (row,) = fabric_report.rows("A", record)
+    assert row[:5] == ["A", "all_to_all", "256 MiB", "1 x 2", "within an NVLink domain"]
+    assert row[6:] == ["225", "450", "50%", "all ranks"]
+
+
 def test_spec_follows_the_config():
     cfg = compose("smoke", ["cluster.processes_per_node=2"])
     spec = tfabric.spec(cfg, "/r")
@@ -93,7 +104,7 @@ def test_bad_fabric_values_are_refused_before_launch(tmp_path):
 
 
 @pytest.mark.integration
-def test_two_process_training_runs_the_phase_at_small_cost(local_two_process_run):
+def test_two_process_training_runs_the_phase_at_small_cost(local_two_process_run, tmp_path):
     """The phase ran in the training processes (after the rendezvous, before the model), wrote fabric.json with
     every rank's numbers, and took at most 5% of the run's wall time."""
     run, proc = local_two_process_run
@@ -107,6 +118,10 @@ def test_two_process_training_runs_the_phase_at_small_cost(local_two_process_run
     assert record["wall_s"] <= 0.05 * wall, (record["wall_s"], wall)
     log = (run / "maxtext.log").read_text()
     assert log.index("moekit: rendezvous complete") < log.index(fv.SUMMARY) < log.index("completed step")
+    shown = moekit("report", str(run), "--out", str(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "| all_gather | 1 MiB | 1 x 2 | within a node |" in shown.stdout, shown.stdout
+    assert "## Fabric check" in (tmp_path / "report.md").read_text()
 
 
 @pytest.mark.integration
