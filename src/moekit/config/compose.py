@@ -212,7 +212,8 @@ def validate(raw: DictConfig) -> Config:
 
 
 def _fix_for(loc: Sequence[object]) -> tuple[str, str]:
-    """(the key at fault, how to repair it): the schema's default serves as the example value."""
+    """(the key at fault, how to repair it): the schema's default (or the field's first example) serves as the
+    example value."""
     model, field, parts = Config, None, []
     for part in loc:
         found = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
@@ -224,6 +225,8 @@ def _fix_for(loc: Sequence[object]) -> tuple[str, str]:
     if field is None or (isinstance(model, type) and hasattr(model, "model_fields")):
         return key, f"change the {key} keys named above so that they agree (types and ranges: config/schema.py)"
     default = None if field.is_required() else field.get_default(call_default_factory=True)
+    if default is None and field.examples:  # a key whose default is "unset" names an example value instead
+        default = field.examples[0]
     example = f", e.g. {key}={default}" if default is not None and not isinstance(default, (dict, list)) else ""
     return key, f"give {key} a value of the kind described{example}"
 

@@ -308,7 +308,7 @@ class Cluster(Section):
     """Devices per node. On CPU: host devices per node, split evenly over its processes."""
     processes_per_node: int = Field(ge=1)
     """JAX processes per node: 1 (one drives all devices) or gpus_per_node (one per device)."""
-    coordinator_port: int | None = Field(None, ge=1, le=65535)
+    coordinator_port: int | None = Field(None, ge=1, le=65535, examples=[29500])
     """TCP port of the jax.distributed coordinator (process 0). None: a local multi-process run takes a free port
     of its own at each launch, so concurrent runs on one host never meet; a port set here is used as given (and
     refused before launch when taken). cluster=jobset and cluster=slurm set one: every host must know it."""
