@@ -177,3 +177,22 @@ def test_a_planted_wrong_result_refuses_to_train_in_enforce_mode(tmp_path):
     assert not (run / "metrics.jsonl").exists()  # nothing trained
     assert failures.classify(1, (run / "maxtext.log").read_text()).name == "fabric"
     assert live_workers(run) == {}
+
+
+@pytest.mark.integration
+def test_a_rank_on_a_wrong_coordinator_is_classified_within_the_bound(tmp_path):
+    """Rank 1 joins a coordinator address where no job listens: the run fails as a rendezvous timeout within
+    cluster.rendezvous_timeout_s (plus start-up), before the fabric check or training, with no process left."""
+    run, timeout_s = tmp_path / "lost", 10
+    start = time.monotonic()
+    proc = moekit(
+        "fabric", *SMALL, f"cluster.rendezvous_timeout_s={timeout_s}", f"run.dir={run}",
+        env={fabric.FAULT_ENV: "coordinator:1"},
+    )  # fmt: skip
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    failure = json.loads((run / "manifest.json").read_text())["failure"]
+    assert failure["class"] == "rendezvous_timeout", failure
+    assert elapsed < timeout_s + 90, elapsed
+    assert live_workers(run) == {}
+    assert not (run / fv.RECORD).exists()

@@ -269,6 +269,18 @@ def _fault(environ: dict[str, str], rank: int) -> str | None:
     return kind if kind and who.isdigit() and int(who) == rank else None
 
 
+def misdirect(environ: dict[str, str]) -> dict[str, str]:
+    """Test-only (FAULT_ENV=coordinator:<rank>): that rank's rendezvous goes to a port where no coordinator listens,
+    as a process started with another job's address would; everyone else's environment is returned unchanged."""
+    from moekit import rendezvous as rz
+
+    rank = environ.get(rz.PROCESS_ID)
+    if rank is None or not rank.isdigit() or _fault(environ, int(rank)) != "coordinator":
+        return environ
+    host = environ[rz.COORDINATOR].rsplit(":", 1)[0]
+    return environ | {rz.COORDINATOR: f"{host}:{rz.free_port()}"}
+
+
 def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     """Run the check on this process's devices; process 0 returns the record (other processes: their part)."""
     import jax
@@ -318,6 +330,46 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
 
     fault = _fault(environ, rank)
     mine: list[dict[str, Any]] = []
+    try:
+        _run_plan(plan, spec, mesh, domain_of, meet, watchdog, fault, rank, mine)
+    except FabricFailure as exc:
+        record["partial"] = mine  # what this process measured before the check stopped
+        _fail(exc.problems, record, spec, rank)
+    meet.publish("result", json.dumps(mine))
+    everyone = {r: json.loads(v) for r, v in meet.gather("result").items()} if n > 1 else {0: mine}
+    if rank == 0:
+        for c in plan:
+            sizes = sorted({m["size"] for m in mine if m["collective"] == c.name})
+            for size in sizes:
+                ranks = [
+                    fv.RankResult(
+                        r, meet.host(r), m["group"], m["link_class"], m["group_size"], m["time_s"], m["correct"]
+                    )
+                    for r, ms in everyone.items()
+                    for m in ms
+                    if m["collective"] == c.name and m["size"] == size
+                ]
+                result = fv.judge(c, size, ranks, expected, spec["min_fraction"], size == sizes[-1])
+                record["problems"] += result.pop("problems")
+                record["results"].append(result)
+    record["checked"] = ", ".join(f"{c.name} over {'+'.join(c.axes)}" for c in plan)
+    record["hosts"] = {str(r): meet.host(r) for r in range(n)}
+    record["wall_s"] = time.monotonic() - started
+    return record
+
+
+def _run_plan(
+    plan: list[fv.Collective],
+    spec: dict[str, Any],
+    mesh: Any,
+    domain_of: Callable[[Any], int],
+    meet: _Meet,
+    watchdog: _Watchdog,
+    fault: str | None,
+    rank: int,
+    mine: list[dict[str, Any]],
+) -> None:
+    """Run every collective at every size: meet, run once (checked), time, append this process's shards to mine."""
     for ci, c in enumerate(plan):
         groups = _groups(c, mesh, domain_of)
         for size in spec["sizes"]:
@@ -361,27 +413,6 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
                     }
                 )
             del x, out
-    meet.publish("result", json.dumps(mine))
-    everyone = {r: json.loads(v) for r, v in meet.gather("result").items()} if n > 1 else {0: mine}
-    if rank == 0:
-        for c in plan:
-            sizes = sorted({m["size"] for m in mine if m["collective"] == c.name})
-            for size in sizes:
-                ranks = [
-                    fv.RankResult(
-                        r, meet.host(r), m["group"], m["link_class"], m["group_size"], m["time_s"], m["correct"]
-                    )
-                    for r, ms in everyone.items()
-                    for m in ms
-                    if m["collective"] == c.name and m["size"] == size
-                ]
-                result = fv.judge(c, size, ranks, expected, spec["min_fraction"], size == sizes[-1])
-                record["problems"] += result.pop("problems")
-                record["results"].append(result)
-    record["checked"] = ", ".join(f"{c.name} over {'+'.join(c.axes)}" for c in plan)
-    record["hosts"] = {str(r): meet.host(r) for r in range(n)}
-    record["wall_s"] = time.monotonic() - started
-    return record
 
 
 def _write(record: dict[str, Any], spec: dict[str, Any]) -> None:

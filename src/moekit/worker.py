@@ -206,7 +206,7 @@ def main() -> None:
     die_with_parent(dict(os.environ))
     dump_stacks_on_request(dict(os.environ))
     trace_per_process(dict(os.environ))
-    join(dict(os.environ))
+    join(fabric.misdirect(dict(os.environ)))  # (misdirect: a test-only fault switch, a no-op otherwise)
     os.environ.update(point_maxtext_at_its_assets(dict(os.environ)))  # before anything imports maxtext
     keep_secrets_out_of_tensorboard()
     if os.environ.get(te_gmm.MODE_ENV):  # moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM
