@@ -4,6 +4,7 @@ local multi-process jobs (moekit fabric, and the phase before training), with pl
 from __future__ import annotations
 
 import json
+import socket
 import time
 
 import pytest
@@ -148,17 +149,20 @@ def test_four_processes_check_the_expert_all_to_all(tmp_path):
 
 
 @pytest.mark.integration
-def test_a_rank_that_stops_inside_the_check_is_named_within_the_bound(tmp_path):
-    run, timeout_s = tmp_path / "stop", 8
+@pytest.mark.parametrize("fault, said", [("stop", "did not arrive at"), ("hang", "did not enter")])
+def test_a_rank_that_stops_inside_the_check_is_named_within_the_bound(tmp_path, fault, said):
+    """stop: rank 1 never reaches a collective (the others wait at the meeting); hang: it reaches it and never
+    takes part (the others block inside it, the watchdog bounds them). Either way rank 1 and its host are named."""
+    run, timeout_s = tmp_path / fault, 8
     start = time.monotonic()
     proc = moekit(
-        "fabric", *SMALL, f"fabric.timeout_s={timeout_s}", f"run.dir={run}", env={fabric.FAULT_ENV: "stop:1"}
+        "fabric", *SMALL, f"fabric.timeout_s={timeout_s}", f"run.dir={run}", env={fabric.FAULT_ENV: f"{fault}:1"}
     )
     elapsed = time.monotonic() - start
     assert proc.returncode == 1, proc.stderr[-3000:]
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["failure"]["class"] == "fabric", manifest["failure"]
-    assert "rank 1 (host " in manifest["failure"]["evidence"] and "did not arrive" in manifest["failure"]["evidence"]
+    assert f"rank 1 (host {socket.gethostname()}) {said}" in manifest["failure"]["evidence"], manifest["failure"]
     assert "link class scale_up" in manifest["failure"]["evidence"]
     assert elapsed < timeout_s + 60, elapsed
     assert live_workers(run) == {}

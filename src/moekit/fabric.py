@@ -29,8 +29,9 @@ import numpy as np
 from moekit import fabric_verdict as fv
 
 FABRIC_ENV = fv.FABRIC_ENV
-# Test-only switch: "<fault>:<rank>" makes one rank misbehave (stop: hang inside the check; wrong_result: corrupt
-# its result). Only the tests set it.
+# Test-only switch: "<fault>:<rank>" makes one rank misbehave (stop: stops inside the check before a collective;
+# hang: arrives, then never takes part; wrong_result: corrupts its result; coordinator: joins a coordinator where
+# no job listens). Only the tests set it.
 FAULT_ENV = "MOEKIT_FABRIC_FAULT"
 FAILED_RC = 3  # exit status of a process the check stopped
 _PREFIX = "moekit_fabric"
@@ -134,14 +135,14 @@ class _Watchdog:
     """Bounds one collective: a rank stuck inside it (the others too then) is stopped after the timeout with
     the stage named, since the main thread cannot leave a blocked collective."""
 
-    def __init__(self, timeout_s: float, on_timeout: Callable[[str], None]):
+    def __init__(self, timeout_s: float, on_timeout: Callable[[str, str | None], None]):
         self.timeout_s, self.on_timeout = timeout_s, on_timeout
-        self.current: tuple[str, float] | None = None
+        self.current: tuple[str, str | None, float] | None = None
         threading.Thread(target=self._run, daemon=True, name="moekit-fabric-watchdog").start()
 
-    def arm(self, stage: str) -> None:
-        """Start the bound for `stage`."""
-        self.current = (stage, time.monotonic() + self.timeout_s)
+    def arm(self, stage: str, link_class: str | None) -> None:
+        """Start the bound for `stage`, a collective over links of `link_class`."""
+        self.current = (stage, link_class, time.monotonic() + self.timeout_s)
 
     def disarm(self) -> None:
         """The stage finished."""
@@ -151,8 +152,8 @@ class _Watchdog:
         while True:
             time.sleep(0.2)
             cur = self.current
-            if cur is not None and time.monotonic() > cur[1]:
-                self.on_timeout(cur[0])
+            if cur is not None and time.monotonic() > cur[2]:
+                self.on_timeout(cur[0], cur[1])
                 return
 
 
@@ -314,9 +315,11 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
         return record
     meet = _Meet(_client() if n > 1 else None, rank, n, spec["timeout_s"])
 
-    def timed_out(stage: str) -> None:
-        problems = [fv.missing_problem(stage, meet.missing(stage + "/done"), spec["timeout_s"], None)]
-        _fail(problems, record, spec, rank)
+    def timed_out(stage: str, link_class: str | None) -> None:
+        # Who never entered the collective is the cause; when all did, none finished it (a link or a device).
+        absent = meet.missing(stage + "/enter")
+        verb, who = ("enter", absent) if absent else ("finish", meet.missing(stage + "/done"))
+        _fail([fv.missing_problem(stage, who, spec["timeout_s"], link_class, verb)], record, spec, rank)
 
     watchdog = _Watchdog(spec["timeout_s"] + 5, timed_out)
     meet.exchange_hosts()
@@ -384,14 +387,26 @@ def _run_plan(
                 time.sleep(10**6)
             cls = next(iter(groups.values()))[1]
             meet.stage(stage, cls)
-            watchdog.arm(stage)
-            out = compiled(x)
-            out.block_until_ready()  # the first run, checked
-            times = []
-            for _ in range(spec["iterations"]):
-                t0 = time.perf_counter()
-                compiled(x).block_until_ready()
-                times.append(time.perf_counter() - t0)
+            watchdog.arm(stage, cls)
+            if fault == "hang" and ci == len(plan) - 1:  # arrived, but never enters the collective
+                print(f"moekit: fabric: test fault: rank {rank} hangs in the collective", flush=True)
+                time.sleep(10**6)
+            meet.publish(f"arrive/{stage}/enter", "1")
+            try:
+                out = compiled(x)
+                out.block_until_ready()  # the first run, checked
+                times = []
+                for _ in range(spec["iterations"]):
+                    t0 = time.perf_counter()
+                    compiled(x).block_until_ready()
+                    times.append(time.perf_counter() - t0)
+            except Exception as exc:
+                # A peer that never entered and then left breaks the communicator (gloo: "Connection closed by
+                # peer"); name that peer rather than the error it caused here.
+                absent = meet.missing(stage + "/enter")
+                if absent:
+                    raise FabricFailure([fv.missing_problem(stage, absent, spec["timeout_s"], cls, "enter")]) from exc
+                raise
             meet.publish(f"arrive/{stage}/done", "1")
             watchdog.disarm()
             coords = _coords(mesh)

@@ -197,9 +197,10 @@ def judge(
 
 
 def missing_problem(
-    stage: str, missing: Sequence[tuple[int, str]], timeout_s: float, link_class: str | None
+    stage: str, missing: Sequence[tuple[int, str]], timeout_s: float, link_class: str | None, verb: str = "arrive at"
 ) -> dict[str, Any]:
-    """The problem of ranks that did not reach a stage of the check within fabric.timeout_s."""
+    """The problem of ranks that did not reach (verb "arrive at") or get through ("finish") a stage of the check
+    within fabric.timeout_s."""
     ranks = ", ".join(f"rank {r} (host {h})" for r, h in missing) or "a rank"
     first = missing[0] if missing else (None, None)
     return {
@@ -209,7 +210,7 @@ def missing_problem(
         "link_class": link_class,
         "collective": stage,
         "size_bytes": None,
-        "what": f"{ranks} did not arrive at {stage} within fabric.timeout_s={timeout_s:g}",
+        "what": f"{ranks} did not {verb} {stage} within fabric.timeout_s={timeout_s:g}",
     }
 
 
