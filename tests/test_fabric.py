@@ -87,6 +87,11 @@ def test_report_rows_put_the_bandwidth_beside_plans_rate():
     assert row[6:] == ["225", "450", "50%", "all ranks"]
 
 
+def test_the_failure_line_is_the_fabric_class():
+    assert failures.classify(3, f"{fv.FAILURE} rank 2 (host n1) did not enter all_to_all/1MiB").name == "fabric"
+    assert failures.classify(1, f"{fv.WARNING} all_reduce of 1 MiB ran at 1 GB/s").name == "error"  # report mode
+
+
 def test_spec_follows_the_config():
     cfg = compose("smoke", ["cluster.processes_per_node=2"])
     spec = tfabric.spec(cfg, "/r")

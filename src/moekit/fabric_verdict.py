@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from moekit.plan.network import Links
-
 FABRIC_ENV = "MOEKIT_FABRIC"  # the check's spec (JSON) the worker reads, set by translate/fabric.py
 RECORD = "fabric.json"  # what process 0 writes into the run directory
 AXES = ("data", "fsdp", "tensor", "expert")
@@ -67,24 +65,17 @@ def link_names(platform: str) -> dict[str, str]:
 
 
 def expected_rates(table: Mapping[str, Any], hardware: str) -> dict[str, dict[str, Any]]:
-    """Per link class the rate `moekit plan` assumes for `hardware` (GB/s per GPU, one direction) and its source;
-    empty where links.yaml has no entry (CPU: nothing to compare with)."""
-    links = Links.from_table(table, hardware)
+    """Per link class the rate `moekit plan` assumes for `hardware` (GB/s per GPU, one direction: the entries
+    plan.network.Links.from_table reads) and its source; empty where links.yaml has no entry (CPU: nothing to
+    compare with). Read here rather than through plan, which the worker would import before it starts."""
     hw = table["hardware"].get(hardware)
-    if links is None or hw is None:
+    if hw is None:
         return {}
-    return {
-        SCALE_UP: {
-            "gb_per_s": links.scale_up / 1e9,
-            "link": hw["scale_up"],
-            "source": table["links"][hw["scale_up"]]["source"],
-        },
-        SCALE_OUT: {
-            "gb_per_s": links.scale_out / 1e9,
-            "link": hw["scale_out"],
-            "source": table["links"][hw["scale_out"]]["source"],
-        },
-    }
+    out = {}
+    for cls in (SCALE_UP, SCALE_OUT):
+        link = table["links"][hw[cls]]
+        out[cls] = {"gb_per_s": link["gb_per_s"], "link": hw[cls], "source": link["source"]}
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ from collections.abc import Collection, Sequence
 
 import yaml
 
-from moekit import fabric, te_gmm
 from moekit import rendezvous as rz
+from moekit import te_gmm
 from moekit.failures import JOINED, JOINING
 from moekit.redact import is_secret_name
 from moekit.rundir import PROFILE_DIR_ENV
@@ -204,6 +204,7 @@ def main() -> None:
         raise SystemExit("usage: python -m moekit.worker <module> key=value ...")
     module = sys.argv[1]
     die_with_parent(dict(os.environ))
+    from moekit import fabric  # after the line above: its imports take a moment a dead launcher must not outlive
     dump_stacks_on_request(dict(os.environ))
     trace_per_process(dict(os.environ))
     join(fabric.misdirect(dict(os.environ)))  # (misdirect: a test-only fault switch, a no-op otherwise)
