@@ -28,6 +28,22 @@ RENDEZVOUS = (
     "fatal errors. absl::Status: DEADLINE_EXCEEDED: Deadline Exceeded\n\nRPC: "
     "/xla.coordination.CoordinationService/RegisterTask"
 )
+# What jax.distributed 0.12 printed when two jobs met on one coordinator port (measured on CPU, 2026-12-04).
+INCARNATION = (
+    "F1204 18:31:00.826750 19664 client.h:86] Terminating process because the JAX distributed service detected "
+    "fatal errors. absl::Status: ABORTED: 0 unexpectedly tried to connect with a different incarnation. It has "
+    "likely restarted.\nRPC: /xla.coordination.CoordinationService/PollForError"
+)
+PORT_TAKEN = (
+    "E1204 18:30:10.480349 17854 add_port.cc:83] Failed to add port to server: No address added out of total 1 "
+    "resolved for '[::]:23456' (Failed to add any wildcard listeners: Error in bind for address '[::]:23456': "
+    "Address already in use)\njax.errors.JaxRuntimeError: UNKNOWN: Failed to start RPC server"
+)
+STRAY_TASK = (
+    "F1204 18:31:25.642282 19854 client.h:86] Terminating process because the JAX distributed service detected "
+    "fatal errors. absl::Status: INVALID_ARGUMENT: Unexpected task registered with task=2\nRPC: "
+    "/xla.coordination.CoordinationService/RegisterTask"
+)
 CONFIG = (
     'Traceback (most recent call last):\n  File "/venv/lib/python3.12/site-packages/maxtext/configs/pyconfig.py", '
     "line 580, in initialize\npydantic_core._pydantic_core.ValidationError: 1 validation error for MaxTextConfig"
@@ -72,6 +88,16 @@ CASES = [  # id, returncode, log tail, class
         -11,
         f"{failures.JOINING} at 10.0.0.1:12355 as process 3 of 8 (timeout 300 s)\nSegmentation fault",
         "rendezvous_timeout",
+    ),
+    ("coordinator-incarnation", -6, INCARNATION, "coordinator_conflict"),
+    ("coordinator-port-taken", 1, PORT_TAKEN, "coordinator_conflict"),
+    ("coordinator-stray-task", -6, STRAY_TASK, "coordinator_conflict"),
+    (
+        "fabric-not-arrived",
+        3,
+        "moekit: fabric failure: rank 1 (host n2) did not arrive at all_to_all/1MiB within fabric.timeout_s=20 "
+        "[link class scale_out]\nE1204 DEADLINE_EXCEEDED",
+        "fabric",
     ),
     ("maxtext-config", 1, CONFIG, "configuration_error"),
     (
@@ -342,3 +368,31 @@ def test_a_nan_loss_is_its_own_class(tmp_path):
     assert "docs/troubleshooting.md#loss-not-finite" in proc.stderr
     failure = json.loads((run / "manifest.json").read_text())["failure"]
     assert failure["class"] == "nan_loss" and "NaN loss" in failure["evidence"]
+
+
+@pytest.mark.integration
+def test_a_process_of_another_job_is_a_coordinator_conflict(tmp_path):
+    """A 2-process job's coordinator reached by a process of another job (3 processes, id 2): the first process to
+    fail is classified coordinator_conflict, with the coordination service's words, within the timeout."""
+    from conftest import free_port
+
+    port, timeout_s = free_port(), 10
+    specs = []
+    for name, count, pid in (("a0", 2, 0), ("a1", 2, 1), ("stray", 3, 2)):
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "JAX_PLATFORMS": "cpu",
+            rz.COORDINATOR: f"127.0.0.1:{port}",
+            rz.NUM_PROCESSES: str(count),
+            rz.PROCESS_ID: str(pid),
+            rz.TIMEOUT: str(timeout_s),
+        }
+        argv = [sys.executable, "-m", "moekit.worker", "json.tool", "--help"]  # a quick module after the join
+        specs.append(launch.ProcessSpec(argv, env, tmp_path / f"{name}.log"))
+    start = time.monotonic()
+    out = launch.run(specs, grace_s=5)
+    assert out.failed_rank is not None and time.monotonic() - start < 90
+    log = specs[out.failed_rank].log.read_text()
+    got = failures.classify(out.returncodes[out.failed_rank], log)
+    assert got.name == "coordinator_conflict", (out.failed_rank, got, log[-2000:])
+    assert got.doc.endswith("#coordinator-conflict")

@@ -75,7 +75,7 @@ def string_fields(model: type[BaseModel] = Config, prefix: str = "") -> Iterator
             yield from string_fields(_models(args[0])[0], f"{path}.0.")
         elif _models(ann):
             yield from string_fields(_models(ann)[0], f"{path}.")
-        elif origin is list:
+        elif origin is list and _is_str(args[0]):
             yield f"{path}.0", "item"
         elif origin is dict:
             yield f"{path}.KEY", "key"

@@ -416,6 +416,8 @@ def test_two_pods_train_with_identical_losses(golden_run):
     a, b = losses(first), losses(second, "metrics.1.jsonl")
     assert len(a) == 10 and a == b
     assert "step 9 (10/10 done)" in logs[0].read_text()
+    fabric = json.loads((first / "fabric.json").read_text())  # the fabric phase ran in the pods, before training
+    assert fabric["processes"] == 2 and fabric["results"] and not fabric["problems"], fabric
 
 
 def test_a_restarted_jobset_resumes_from_checkpoints_on_its_volume(golden_run, tmp_path):

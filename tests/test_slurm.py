@@ -227,6 +227,8 @@ def test_job_trains_like_the_local_two_process_run(slurm, tmp_path, local_two_pr
         assert [p["JAX_PROCESS_ID"] for p in procs] == ["0", "1"]
         other = run
     assert procs[0]["JAX_COORDINATOR_ADDRESS"].startswith(f"{slurm.node}:")
+    fabric = json.loads((run / "fabric.json").read_text())  # the fabric phase ran in the allocation, process 0 wrote
+    assert fabric["processes"] == 2 and fabric["results"] and not fabric["problems"], fabric
     local_dir, local = local_two_process_run
     assert local.returncode == 0, local.stderr[-2000:]
     assert losses(run) == losses(other, "metrics.1.jsonl") == losses(local_dir)

@@ -73,4 +73,5 @@ def test_the_contract_names_of_the_design_are_in_it():
     assert {"model.num_experts", "train.steps", "run.dir", "maxtext.extra", "cluster.nodes"} <= set(got["config_keys"])
     train = got["commands"]["train"]
     assert ["--dry-run"] in train["options"] and ["--format"] in train["options"]
-    assert {"train", "render", "plan", "report", "verify", "tune", "bench", "config", "data"} == set(got["commands"])
+    commands = {"train", "render", "plan", "report", "verify", "tune", "bench", "config", "data", "fabric"}
+    assert commands == set(got["commands"])

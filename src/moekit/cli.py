@@ -32,6 +32,7 @@ COMMANDS = {
     "plan": "plan",
     "config": "config",
     "data": "data",
+    "fabric": "fabric",
 }
 
 

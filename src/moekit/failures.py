@@ -57,6 +57,11 @@ CLASSES = (
             r"Error (reading|decoding|opening) .* in OCDBT database",
         ),
     ),
+    FailureClass(  # moekit.fabric's own line: the check named a rank, its host and the link class
+        "fabric",
+        "fabric check failed",
+        (r"moekit: fabric failure: .*",),
+    ),
     FailureClass(
         "out_of_memory",
         "out of memory",
@@ -75,6 +80,16 @@ CLASSES = (
             r"nccl(Unhandled\w*|System|Internal|InvalidUsage|InvalidArgument|Remote)Error",
             r"NCCL (WARN|error|failure)",
             r"NCCL operation\b.*\bfailed",
+        ),
+    ),
+    FailureClass(  # what jax.distributed 0.12's coordination service says when two jobs meet on one port
+        "coordinator_conflict",
+        "coordinator conflict",
+        (
+            r"unexpectedly tried to connect (with a different incarnation|while it is already in error)",
+            r"Unexpected task registered with task",
+            r"Failed to add port to server.*(Address already in use|bind)",
+            r"Failed to start RPC server",
         ),
     ),
     FailureClass(

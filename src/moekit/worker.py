@@ -197,15 +197,17 @@ def point_maxtext_at_its_assets(environ: dict[str, str]) -> dict[str, str]:
 
 
 def main() -> None:
-    """Join the rendezvous, prepare the process for MaxText (assets, te_gmm hook, secret arguments), then run the
-    module named by the first argument as `python -m` would, with the remaining arguments."""
+    """Join the rendezvous, prepare the process for MaxText (assets, te_gmm hook, secret arguments), check the
+    fabric (moekit.fabric), then run the module named by the first argument as `python -m` would, with the
+    remaining arguments."""
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m moekit.worker <module> key=value ...")
     module = sys.argv[1]
     die_with_parent(dict(os.environ))
+    from moekit import fabric  # after the line above: its imports take a moment a dead launcher must not outlive
     dump_stacks_on_request(dict(os.environ))
     trace_per_process(dict(os.environ))
-    join(dict(os.environ))
+    join(fabric.misdirect(dict(os.environ)))  # (misdirect: a test-only fault switch, a no-op otherwise)
     os.environ.update(point_maxtext_at_its_assets(dict(os.environ)))  # before anything imports maxtext
     keep_secrets_out_of_tensorboard()
     step_events.install(dict(os.environ))  # when saves, restores, compiles and trace edges happened (summary)
@@ -216,6 +218,8 @@ def main() -> None:
             hook.install_from_env(dict(os.environ))
         except hook.HookError as exc:
             raise SystemExit(f"moekit: {exc}") from None
+    if not fabric.phase(dict(os.environ)):  # the job's collectives checked and timed before MaxText builds the model
+        return  # fabric.only: the check was the job
     secret = json.loads(os.environ.pop(SECRET_ARGS, "[]"))  # not inherited by what MaxText starts
     # sys.argv lives in this process's memory: what ps and /proc/PID/cmdline show stays the original argv.
     sys.argv = [module, *sys.argv[2:], *secret]

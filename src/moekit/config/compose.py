@@ -371,7 +371,8 @@ def validate(raw: DictConfig) -> Config:
 
 
 def _fix_for(loc: Sequence[object]) -> tuple[str, str]:
-    """(the key at fault, how to repair it): the schema's default serves as the example value."""
+    """(the key at fault, how to repair it): the schema's default (or the field's first example) serves as the
+    example value."""
     model, field, parts = Config, None, []
     for part in loc:
         found = model.model_fields.get(str(part)) if hasattr(model, "model_fields") else None
@@ -387,6 +388,8 @@ def _fix_for(loc: Sequence[object]) -> tuple[str, str]:
         entry = f"{key}.{rest[0]}"
         return entry, f"give {entry} one plain value: text, a number or true/false, e.g. {entry}=VALUE (not a list)"
     default = None if field.is_required() else field.get_default(call_default_factory=True)
+    if default is None and field.examples:  # a key whose default is "unset" names an example value instead
+        default = field.examples[0]
     example = f", e.g. {key}={default}" if default is not None and not isinstance(default, (dict, list)) else ""
     return key, f"give {key} a value of the kind described{example}"
 

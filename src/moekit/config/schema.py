@@ -308,8 +308,10 @@ class Cluster(Section):
     """Devices per node. On CPU: host devices per node, split evenly over its processes."""
     processes_per_node: int = Field(ge=1)
     """JAX processes per node: 1 (one drives all devices) or gpus_per_node (one per device)."""
-    coordinator_port: int = Field(12355, ge=1, le=65535)
-    """TCP port of the jax.distributed coordinator (process 0)."""
+    coordinator_port: int | None = Field(None, ge=1, le=65535, examples=[29500])
+    """TCP port of the jax.distributed coordinator (process 0). None: a local multi-process run takes a free port
+    of its own at each launch, so concurrent runs on one host never meet; a port set here is used as given (and
+    refused before launch when taken). cluster=jobset and cluster=slurm set one: every host must know it."""
     rendezvous_timeout_s: int = Field(300, ge=1)
     """Seconds a process waits for all others to join before it fails (jax.distributed initialization)."""
     name: str | None = None
@@ -368,6 +370,15 @@ class Cluster(Section):
     """Seconds from SIGTERM to SIGKILL: Slurm sends SIGTERM this long before the time limit (sbatch
     --signal=B:TERM@...), a JobSet pod gets it as terminationGracePeriodSeconds, and moekit gives its workers
     this long to save a checkpoint at the next step and exit (run/preemption.py)."""
+
+    @model_validator(mode="after")
+    def _port_known_to_every_host(self) -> Cluster:
+        if self.kind != "local" and self.coordinator_port is None:
+            raise ValueError(
+                f"cluster={self.kind} needs cluster.coordinator_port: every host must reach process 0 on one port "
+                "known before the job starts (e.g. cluster.coordinator_port=6002)"
+            )
+        return self
 
 
 class Toleration(Section):
@@ -471,6 +482,37 @@ class Data(Section):
     """Passes over the data at most (MaxText num_epoch; grain only: the hf pipeline reads its files once)."""
 
 
+class Fabric(Section):
+    """The fabric check: after the rendezvous and before MaxText builds the model, the job's own processes run
+    the collectives training uses on the configured mesh (all-reduce over all devices, the all-to-all of each
+    expert-parallel group, the all-gather of each FSDP group), check every result and time them per link class
+    against the rates `moekit plan` assumes (data/links.yaml); fabric.json in the run directory (docs/fabric.md)."""
+
+    mode: Literal["off", "report", "enforce"] = "report"
+    """off: no check; report: record, print and warn, then train; enforce: a wrong result or a slow link stops the
+    run before training (a rank that does not arrive stops it in every mode: the others could only hang)."""
+    min_fraction: float = Field(0.5, gt=0, le=1)
+    """A group whose bus bandwidth at the largest size is under this fraction of its link class's expected rate
+    is a slow link (judged where links.yaml has rates for the hardware; CPU has none)."""
+    sizes: list[int] = Field([1048576, 268435456], min_length=1)
+    """Buffer sizes per device, bytes (nccl-tests' size: the all-reduce buffer, the all-gather's output); the
+    largest is the one judged against the link rate, smaller ones show latency."""
+    iterations: int = Field(3, ge=1)
+    """Timed runs per collective and size after the checked first one (the median is kept)."""
+    timeout_s: float = Field(120, gt=0)
+    """Seconds every rank has to arrive at each collective, and each collective to finish."""
+    only: bool = False
+    """Run the check and stop: no training (`moekit fabric`, or a rendered job with fabric.only=true, to test
+    nodes before a run)."""
+
+    @model_validator(mode="after")
+    def _sizes(self) -> Fabric:
+        for size in self.sizes:
+            if size < 4 or size > 1 << 34:
+                raise ValueError(f"fabric.sizes: {size} bytes is outside 4 B .. 16 GiB")
+        return self
+
+
 class Config(Section):
     """A composed, typed moekit configuration."""
 
@@ -482,6 +524,7 @@ class Config(Section):
     checkpoint: Checkpoint = Checkpoint()
     maxtext: MaxText = MaxText()
     expect: Expect | None = None
+    fabric: Fabric = Fabric()
     model: Model
     moe: Moe
     precision: Precision

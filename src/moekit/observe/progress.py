@@ -64,6 +64,8 @@ def format_progress(s: StepLine, total: int, elapsed_s: float, pace: Pace | None
 # Start-up phases read from MaxText's own log lines (process 0), in the order they happen.
 _PHASES = (
     (re.compile(re.escape(JOINED)), "rendezvous complete: every process joined"),
+    (re.compile(r"moekit: fabric: (.*)"), "fabric check: {0}"),
+    (re.compile(r"moekit: fabric warning: (.*)"), "fabric check WARNING: {0}"),
     (re.compile(r"restoring from this run's directory step (\d+)"), "restoring the checkpoint of step {0}"),
     (re.compile(r"not restoring checkpoint|restoring from this run's directory"), "compiling the train step"),
     (re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB"), "compiled (MaxText's estimate: {0} GB)"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from moekit.observe import summary
+from moekit.observe import fabric_report, summary
 from moekit.observe.profile_rules import BUCKETS
 from moekit.observe.rundata import Run
 
@@ -340,6 +340,7 @@ def markdown(runs: Sequence[Run], published: Sequence[dict[str, Any]], plots: Se
         parts += [f"## Comparison (speed-up relative to the first run: {names[0]})", "", comparison_table(runs, names)]
         parts.append("")
     parts += breakdown_section(runs, names)
+    parts += fabric_report.section(runs, names, table)
     parts += ["## Against reference numbers", "", references_section(runs, names, published), ""]
     if plots:
         parts += ["## Plots", ""] + [f"![{p.rsplit('.', 1)[0]}]({p})" for p in plots] + [""]

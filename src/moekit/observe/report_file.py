@@ -9,7 +9,7 @@ from pathlib import Path
 
 import moekit
 from moekit import rundir
-from moekit.observe import plots, published, rundata, summary
+from moekit.observe import fabric_report, plots, published, rundata, summary
 from moekit.observe import report as rep
 
 REPORT = "report.md"
@@ -38,6 +38,8 @@ def write_report(run_dirs: Sequence[Path], out: Path | None = None) -> tuple[Pat
     if any(r.profile for r in runs):
         profiled = [(n, r) for n, r in zip(names, runs, strict=True) if r.profile]
         shown += "\n\n" + rep.breakdown_table([r for _, r in profiled], [n for n, _ in profiled])
+    if fabric := fabric_report.section(runs, names, rep.table):
+        shown += "\n\n" + fabric[4]  # the table alone
     for name, r in zip(names, runs, strict=True):
         shown += f"\n{name}: left out {summary.excluded_text(r.summary)}"
         if r.summary.get("note"):

@@ -30,6 +30,8 @@ class Run:
     """observe.summary.summarize() of the metrics against the run's own hardware peaks."""
     profile: dict[str, Any] | None = None
     """The run's step-time breakdown (profile.json), when it was trained with profile=on."""
+    fabric: dict[str, Any] | None = None
+    """What the fabric check measured before training (fabric.json), when it ran."""
 
     @property
     def overrides(self) -> list[str]:
@@ -116,7 +118,8 @@ def load(path: Path) -> Run:
     if not m.rows:
         raise MetricsError(f"{m.path} holds no completed step; nothing to report (see {path / rundir.LOG}).")
     prof = _read(records.read_profile, path)
-    return Run(path, cfg, vers, manifest, m, summarize(m, cfg, manifest, path), prof)
+    fab = _read(records.read_fabric, path)
+    return Run(path, cfg, vers, manifest, m, summarize(m, cfg, manifest, path), prof, fab)
 
 
 def summarize(

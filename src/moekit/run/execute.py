@@ -92,7 +92,7 @@ def train(
     for note in preflight.ensure(cfg, preflight.Host(environ, config_view)).notes:
         print(f"moekit: {note}", flush=True)
 
-    procs = rz.processes(cfg, environ)
+    procs = rz.processes(cfg, environ, port=rz.launch_port(cfg.cluster, cfg.num_processes))
     first_process = int(procs[0].get(rz.PROCESS_ID, 0))
     with rundir.records_before_launch(Path(rundir.configured_dir(cfg) or cfg.run.base_dir)):
         root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), first_process)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
-import socket
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -156,24 +155,16 @@ def rendezvous_env(cfg: Config, host: Host) -> Iterator[Problem]:
 
 def coordinator_port_free(cfg: Config, host: Host) -> Iterator[Problem]:
     """Two local multi-process jobs on one coordinator port would join each other's rendezvous (gRPC shares the
-    port), and fail much later in confusing ways: refuse a port that is already taken."""
-    if cfg.cluster.kind != "local" or cfg.num_processes == 1:
-        return
+    port), and fail much later in confusing ways: refuse a port the user set that is already taken (without one,
+    each run picks a free port at launch)."""
     port = cfg.cluster.coordinator_port
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed job's TIME_WAIT is no conflict
-        try:
-            probe.bind(("", port))
-            return
-        except OSError:
-            pass
-    with socket.socket() as free:
-        free.bind(("", 0))
-        suggestion = free.getsockname()[1]
+    if cfg.cluster.kind != "local" or cfg.num_processes == 1 or port is None or rz.port_free(port):
+        return
     yield Problem(
         "cluster.coordinator_port",
         f"port {port} is in use on this host (another multi-process job?)",
-        f"cluster.coordinator_port={suggestion} (a free port), or wait for the other job to end",
+        f"cluster.coordinator_port={rz.free_port()} (a free port), leave it unset (each run picks a free one), "
+        "or wait for the other job to end",
     )
 
 

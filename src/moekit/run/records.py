@@ -226,6 +226,11 @@ def write_before_launch(
     write_manifest(run, manifest, full_disk_ok=False)
 
 
+def read_fabric(run: Path) -> dict[str, Any] | None:
+    """fabric.json, what the fabric check measured before training (moekit.fabric writes it); None without one."""
+    return _mapping(run / "fabric.json", json.loads)
+
+
 def read_profile(run: Path) -> dict[str, Any] | None:
     """profile.json, the step-time breakdown of a run trained with profile=on; None without one."""
     return _mapping(run / rundir.PROFILE, json.loads)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from moekit import rundir
 from moekit.config.schema import Config
-from moekit.translate import profile
+from moekit.translate import fabric, profile
 from moekit.translate.env import EnvVar, env_vars
 from moekit.translate.maxtext_args import TRAIN_MODULE, Arg, maxtext_args
 from moekit.translate.xla_flags import xla_flags
@@ -61,5 +61,5 @@ def per_process(path: str, process_id: int) -> str:
 
 def build(cfg: Config, run_dir: str, metrics_file: str) -> Job:
     """The job of `cfg` writing into `run_dir` (MaxText's base_output_directory) and `metrics_file`."""
-    env = env_vars(cfg) + profile.env_vars(cfg, f"{run_dir}/{rundir.PROFILE_DIR}")
+    env = env_vars(cfg) + profile.env_vars(cfg, f"{run_dir}/{rundir.PROFILE_DIR}") + fabric.env_vars(cfg, run_dir)
     return Job(maxtext_args(cfg, run_dir, metrics_file), xla_flags(cfg), env)
