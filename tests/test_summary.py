@@ -175,3 +175,21 @@ def test_a_resumed_run_is_judged_attempt_by_attempt_from_its_own_events():
                        7: "checkpoint save", 8: "pipeline refill"}  # fmt: skip
     assert s["counted_steps"] == [2, 3, 6, 9] and s["tokens_per_s_per_device"] == 100.0
     assert s["evidence"] == {"1": "events", "2": "events"} and s["attempts"] == 2 and s["missing_steps"] == []
+
+
+def test_a_run_copied_without_its_attempts_folder_still_reports(tmp_path):
+    """Only the top-level files came back: the last attempt is judged by its events, earlier ones by schedule."""
+    import shutil
+
+    run = tmp_path / "copied"
+    shutil.copytree(RUNS / "ckpt", run)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r | {"moekit/attempt": 1 if r["step"] < 5 else 2}) + "\n"
+                                               for r in rows))  # fmt: skip
+    stamps = "".join(json.dumps({"event": "step_end", "step": s, "t": float(s)}) + "\n" for s in range(5, 10))
+    (run / "events.jsonl").write_text(stamps)
+    s = rundata.load(run).summary
+    assert s["evidence"] == {"1": "checkpoint.every (no event record)", "2": "events"}
+    reasons = {e["step"]: e["reason"] for e in s["excluded"]}
+    assert reasons[5] == "attempt start" and reasons[6] == "pipeline refill"
+    assert reasons[7] == "outlier"  # no save recorded in these events: its 10.7 s leave it out by time alone
