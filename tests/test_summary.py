@@ -193,3 +193,29 @@ def test_a_run_copied_without_its_attempts_folder_still_reports(tmp_path):
     reasons = {e["step"]: e["reason"] for e in s["excluded"]}
     assert reasons[5] == "attempt start" and reasons[6] == "pipeline refill"
     assert reasons[7] in ("warm-up", "outlier")  # no save in these events: its 10.7 s leave it out by time alone
+
+
+def test_console_numbers_steps_as_the_records_do_and_measures_its_eta():
+    """Step 0 is 'step 0' (1 of 10 done), as in metrics, summary and report; no ETA from the start-up steps."""
+    from moekit.observe import progress
+
+    pace = progress.Pace()
+    lines = []
+    for step, seconds in enumerate([40.0, 0.1, 2.0, 2.2, 1.8]):
+        s = progress.StepLine(step, seconds, 12.0)
+        pace.add(s)
+        lines.append(progress.format_progress(s, 10, 60.0, pace))
+    assert lines[0].startswith("step 0 (1/10 done)") and "ETA  n/a (measuring)" in lines[0]
+    assert "ETA  n/a" in lines[2]  # one measured step is not a pace yet
+    assert "ETA    10 s" in lines[4]  # 5 steps left x the mean of 2.0, 2.2, 1.8 (not step 0's 40 s)
+
+
+def test_bench_estimate_reads_as_durations_and_counts_what_will_run():
+    from moekit.bench import gmm, timing
+
+    assert [timing.seconds(x) for x in (0.0004, 0.106, 2.5, 42.0, 600.0)] == ["0.4 ms", "106 ms", "2.5 s", "42 s",
+                                                                               "10 min"]  # fmt: skip
+    shape = gmm.Shape(8, 1024, 256, 128)
+    text = timing.estimate(shape, "bfloat16", 3, 3, 0.0044, 5.5e9, "cpu")
+    assert "3 kernel(s) x 8 calls: about 106 ms to 739 ms plus compilation" in text and "measured here" in text
+    assert not gmm.available("tokamax_triton", "cpu") and gmm.available("ragged_dot", "cpu")
