@@ -39,16 +39,17 @@ def test_dry_run_checks_every_run_and_estimates_the_batch():
     assert "# estimated GPU time: ~" in proc.stdout
 
 
-def _row(step, losses, tflops):
+def _row(step, losses, tflops, batch=(4, 4096)):
     return {
         "overrides": ["experiment=x", "train.steps=3"],
         "status": "ok",
         "step_time_s": step,
+        "tokens_per_s_per_device": batch[0] * batch[1] / step,
         "losses": losses,
         "tflops_per_device": tflops,
         "tokens_per_s_per_device": 4 * 4096 / step,
         "mfu_bf16": tflops / 989,
-        "batch": [4, 4096],
+        "batch": list(batch),
         "versions": {"jax": "0"},
         "date": "2026-12-03",
     }
@@ -63,6 +64,7 @@ def test_table_speed_up_and_loss_check_against_the_family_baseline(tmp_path):
                 "dense": _row(2.0, [10.0, 9.0, 8.0], 100.0),
                 "tokamax": _row(0.5, [10.0, 9.001, 8.0], 400.0),
                 "bad": _row(1.0, [10.0, 9.5, 8.0], 200.0),
+                "batch8": _row(1.0, [10.0, 9.0, 8.0], 200.0, batch=(8, 4096)),
             },
         }
     }
@@ -71,6 +73,7 @@ def test_table_speed_up_and_loss_check_against_the_family_baseline(tmp_path):
     assert "| 4.00x |" in row["tokamax"] and "ok (max diff" in row["tokamax"]
     assert "| 1.00x | reference |" in row["dense"]
     assert "**diverges** at step 1" in row["bad"]
+    assert "| n/a (other tokens/step) |" in row["batch8"]  # a speed-up only at the same tokens per step
     doc = tmp_path / "performance.md"
     main, own = (run_presets.markers(s, "portability", "run_portability.py") for s in ("", "gpt_oss"))
     doc.write_text(f"before\n{main[0]}\nold\n{main[1]}\n{own[0]}\nkept\n{own[1]}\nafter\n")

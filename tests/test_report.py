@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import REPO, moekit
-from moekit.observe import published, rundata, summary
+from moekit.observe import published, rundata
 from moekit.observe import report as rep
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -107,7 +107,8 @@ def test_mfu_and_published_comparison_use_the_measured_number(runs):
     run = rundata.load(runs[0])
     measured = run.summary["tflops_per_device"]
     assert measured > 0
-    with_peak = summary.summarize(run.metrics, {"bf16": 989.0, "fp8": 1979.0})
+    peaks = {"hardware": run.config["hardware"] | {"peak_tflops": {"bf16": 989.0, "fp8": 1979.0}}}
+    with_peak = rundata.summarize(run.metrics, run.config | peaks, run.manifest, run.path)  # same steps, its events
     assert with_peak["mfu"] == {"bf16": measured / 989.0, "fp8": measured / 1979.0}
     # The same measurement, as if it came from the 671B model: each published entry gets one "x% of" row.
     cfg = run.config | {"model": run.config["model"] | {"name": "deepseek3-671b"}}

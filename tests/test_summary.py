@@ -175,3 +175,47 @@ def test_a_resumed_run_is_judged_attempt_by_attempt_from_its_own_events():
                        7: "checkpoint save", 8: "pipeline refill"}  # fmt: skip
     assert s["counted_steps"] == [2, 3, 6, 9] and s["tokens_per_s_per_device"] == 100.0
     assert s["evidence"] == {"1": "events", "2": "events"} and s["attempts"] == 2 and s["missing_steps"] == []
+
+
+def test_a_run_copied_without_its_attempts_folder_still_reports(tmp_path):
+    """Only the top-level files came back: the last attempt is judged by its events, earlier ones by schedule."""
+    import shutil
+
+    run = tmp_path / "copied"
+    shutil.copytree(RUNS / "ckpt", run)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r | {"moekit/attempt": 1 if r["step"] < 5 else 2}) + "\n"
+                                               for r in rows))  # fmt: skip
+    stamps = "".join(json.dumps({"event": "step_end", "step": s, "t": float(s)}) + "\n" for s in range(5, 10))
+    (run / "events.jsonl").write_text(stamps)
+    s = rundata.load(run).summary
+    assert s["evidence"] == {"1": "checkpoint.every (no event record)", "2": "events"}
+    reasons = {e["step"]: e["reason"] for e in s["excluded"]}
+    assert reasons[5] == "attempt start" and reasons[6] == "pipeline refill"
+    assert reasons[7] in ("warm-up", "outlier")  # no save in these events: its 10.7 s leave it out by time alone
+
+
+def test_console_numbers_steps_as_the_records_do_and_measures_its_eta():
+    """Step 0 is 'step 0' (1 of 10 done), as in metrics, summary and report; no ETA from the start-up steps."""
+    from moekit.observe import progress
+
+    pace = progress.Pace()
+    lines = []
+    for step, seconds in enumerate([40.0, 0.1, 2.0, 2.2, 1.8]):
+        s = progress.StepLine(step, seconds, 12.0)
+        pace.add(s)
+        lines.append(progress.format_progress(s, 10, 60.0, pace))
+    assert lines[0].startswith("step 0 (1/10 done)") and "ETA  n/a (measuring)" in lines[0]
+    assert "ETA  n/a" in lines[2]  # one measured step is not a pace yet
+    assert "ETA    10 s" in lines[4]  # 5 steps left x the mean of 2.0, 2.2, 1.8 (not step 0's 40 s)
+
+
+def test_bench_estimate_reads_as_durations_and_counts_what_will_run():
+    from moekit.bench import gmm, timing
+
+    assert [timing.seconds(x) for x in (0.0004, 0.106, 2.5, 42.0, 600.0)] == ["0.4 ms", "106 ms", "2.5 s", "42 s",
+                                                                               "10 min"]  # fmt: skip
+    shape = gmm.Shape(8, 1024, 256, 128)
+    text = timing.estimate(shape, "bfloat16", 3, 3, 0.0044, 5.5e9, "cpu")
+    assert "3 kernel(s) x 8 calls: about 106 ms to 739 ms plus compilation" in text and "measured here" in text
+    assert not gmm.available("tokamax_triton", "cpu") and gmm.available("ragged_dot", "cpu")

@@ -116,7 +116,7 @@ def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path
     conf = tmp_path / "conf"  # the printed `cp` installs the preset here, not in this checkout
     shutil.copytree(REPO / "conf", conf)
     env = {"MOEKIT_CONF_DIR": str(conf), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    base = ["experiment=smoke", "precision=fp32", "train.steps=6"]  # 6: enough steady steps for a number
+    base = ["experiment=smoke", "precision=fp32", "train.steps=8"]  # 8: enough steady steps for a number
     proc = moekit(
         "tune", *base,
         "--candidate", "moe=dense",
@@ -140,7 +140,7 @@ def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path
     assert "hardware=h200: needs NVIDIA GPUs" in no_gpu["failure"]["evidence"]
     # The table names each failure's class; the lines below it give the evidence.
     row = next(
-        line for line in proc.stdout.splitlines() if "`experiment=smoke precision=fp32 train.steps=6 hardware" in line
+        line for line in proc.stdout.splitlines() if "`experiment=smoke precision=fp32 train.steps=8 hardware" in line
     )
     assert "| failed | refused before launch |" in row
     assert "evidence: [GPUs] hardware=h200: needs NVIDIA GPUs" in proc.stdout

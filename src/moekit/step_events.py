@@ -27,11 +27,15 @@ _pending_stop: BaseException | None = None
 
 
 def _emit(record: dict[str, Any]) -> None:
+    global _file
     if _file is None:
         return
     with _lock:
-        _file.write(json.dumps(record) + "\n")
-        _file.flush()
+        try:
+            _file.write(json.dumps(record) + "\n")
+            _file.flush()
+        except OSError:  # a full disk: training goes on (MaxText meets it itself); the record stops here
+            _file = None
 
 
 def install(environ: dict[str, str]) -> None:

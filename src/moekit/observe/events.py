@@ -98,13 +98,14 @@ def read(path: Path) -> Events:
     return parse(text.splitlines())
 
 
-def per_attempt(run: Path, attempts_dir: str = "attempts") -> dict[int, Events]:
+def per_attempt(run: Path, attempts_dir: str = "attempts", last: int | None = None) -> dict[int, Events]:
     """attempt number -> process 0's events: attempts/<n>/events.jsonl for the earlier attempts, the run
-    directory's own file for the last one (numbered after the earlier ones, as run/attempts.merge_metrics does)."""
+    directory's own file for the last one (numbered after the earlier ones, as run/attempts.merge_metrics does,
+    or `last`: the highest attempt the merged records name, when attempts/ was not copied along)."""
     folder = run / attempts_dir
     earlier = sorted(
         (int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()) if folder.is_dir() else []
     )
     out = {n: read(folder / str(n) / FILE) for n in earlier}
-    out[(earlier[-1] if earlier else 0) + 1] = read(run / FILE)
+    out[max((earlier[-1] if earlier else 0) + 1, last or 0)] = read(run / FILE)
     return out

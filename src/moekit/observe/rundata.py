@@ -132,5 +132,6 @@ def summarize(
     planned = int((cfg.get("train") or {}).get("steps") or 0) or None
     history = manifest.history() if manifest else [{}]
     folder = run or (m.path.parent if m.path else None)
-    found = events.per_attempt(folder) if folder else {}
+    last = max((int(r.get(summary.ATTEMPT, 0)) for r in m.rows), default=0) or None
+    found = events.per_attempt(folder, last=last) if folder else {}
     return summary.summarize(m, peaks, every, summary.attempt_starts(history), found, planned)
