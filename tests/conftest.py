@@ -87,6 +87,18 @@ def local_two_process_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedP
     return run, proc
 
 
+def start_moekit(command: Sequence[str], run: Path) -> subprocess.Popen:
+    """`moekit <command> run.dir=<run>` in a session of its own (signals reach moekit only), output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "moekit", *command, f"run.dir={run}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now (for a coordinator)."""
     with socket.socket() as s:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, live_workers, losses, moekit, recorded_steps
+from conftest import REPO, live_workers, losses, moekit, recorded_steps, start_moekit
 
 STEPS = 20
 # Saves at 0, 5, 10, 15: steps 1, 6, 11, 16 pay them, the steps after refill the pipeline, 0 starts; 8 are steady.
@@ -44,14 +44,7 @@ def _events(run: Path) -> list[dict]:
 
 
 def _start(run: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "moekit", *COMMON, f"run.dir={run}"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    return start_moekit(COMMON, run)
 
 
 def _wait(proc: subprocess.Popen, ready, what: str, timeout_s: float = 400) -> None:

@@ -47,7 +47,6 @@ def _row(step, losses, tflops, batch=(4, 4096)):
         "tokens_per_s_per_device": batch[0] * batch[1] / step,
         "losses": losses,
         "tflops_per_device": tflops,
-        "tokens_per_s_per_device": 4 * 4096 / step,
         "mfu_bf16": tflops / 989,
         "batch": list(batch),
         "versions": {"jax": "0"},

@@ -12,13 +12,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port, live_workers, moekit, recorded_steps
+from conftest import free_port, live_workers, moekit, recorded_steps, start_moekit
 from moekit.observe import events
 from moekit.run import preemption, watchdog
 
@@ -124,17 +123,6 @@ def test_a_signal_is_noted_not_raised():
 # ---------- real runs ----------
 
 
-def start(command: list[str], run: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "moekit", *command, f"run.dir={run}"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-
-
 def wait_for_step(proc: subprocess.Popen, metrics: Path, step: int, timeout_s: float = 400) -> None:
     deadline = time.monotonic() + timeout_s
     while max(recorded_steps(metrics), default=-1) < step:
@@ -150,7 +138,7 @@ def wait_for_step(proc: subprocess.Popen, metrics: Path, step: int, timeout_s: f
 def preempted_run(tmp_path_factory):
     """One run sent SIGTERM after step 5, then relaunched with the same command."""
     run = tmp_path_factory.mktemp("preempt") / "run"
-    proc = start(PREEMPT, run)
+    proc = start_moekit(PREEMPT, run)
     wait_for_step(proc, run / "metrics.jsonl", 5)
     at = time.monotonic()
     seen = max(recorded_steps(run / "metrics.jsonl"))
@@ -205,7 +193,7 @@ def test_a_stopped_worker_ends_as_hang_with_stacks(tmp_path):
         f"cluster.coordinator_port={free_port()}",
         f"run.stall_timeout_s={bound}",
     ]
-    proc = start(command, run)
+    proc = start_moekit(command, run)
     wait_for_step(proc, run / "metrics.jsonl", 3)
     pids = live_workers(run)
     assert sorted(pids) == [0, 1], pids
