@@ -89,11 +89,14 @@ def test_damaged_inputs_are_clear_errors(runs, tmp_path):
     missing = tmp_path / "missing"
     shutil.copytree(runs[0], missing)
     (missing / "metrics.jsonl").unlink()
+    empty = tmp_path / "empty"
+    empty.mkdir()
     cases = [
         (corrupt, "metrics.jsonl:2 is not a MaxText metrics record"),
         (missing, "no metrics file"),
         (tmp_path / "nowhere", "is not a directory"),
-        (tmp_path, "not a moekit run directory"),
+        (tmp_path, "is a sweep folder, not one run; its runs"),  # a folder of runs: it lists them
+        (empty, "not a moekit run directory"),
     ]
     for path, message in cases:
         proc = moekit("report", str(path), "--out", str(tmp_path / "out"))

@@ -209,3 +209,20 @@ def test_a_third_attempt_keeps_who_wrote_each_record(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     expected = [(s, 1 if s < 4 else 2 if s < 6 else 3) for s in range(10)]
     assert [(r["step"], r["moekit/attempt"]) for r in rows] == expected
+
+
+@pytest.mark.integration
+def test_a_run_stopped_in_its_last_save_finishes_without_launching(tmp_path):
+    """A stop that lands in the last step's save leaves every step trained and saved; MaxText refuses to train "up
+    to" a step it has passed (seen with 2 processes and SIGTERM). The relaunch finishes from the records."""
+    run = tmp_path / "run"
+    first = moekit("train", "experiment=smoke", "train.steps=4", "checkpoint.every=3", f"run.dir={run}")
+    assert first.returncode == 0 and (run / "smoke" / "checkpoints" / "3").is_dir(), first.stderr[-2000:]
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps(manifest | {"status": "preempted"}))  # as a stop records it
+    again = moekit("train", "experiment=smoke", "train.steps=4", "checkpoint.every=3", f"run.dir={run}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "the checkpoint of the last step (3) is saved: nothing left to train" in again.stdout
+    assert "next step" not in again.stdout
+    assert json.loads((run / "manifest.json").read_text())["status"] == "ok"
+    assert _steps(run / "metrics.jsonl") == [0, 1, 2, 3]

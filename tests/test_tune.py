@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -163,17 +164,23 @@ def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path
 
 @pytest.mark.integration
 def test_every_sweep_gets_a_new_folder(tmp_path):
-    """Two sweeps into one --out: two folders, the first left as it was (runs refused at once: no GPU here)."""
-    args = ["tune", "experiment=smoke", "hardware=h200", "--name", "again", "--out", str(tmp_path), "--timeout-s", "60"]
-    first = moekit(*args, timeout=300)
-    assert first.returncode == 1 and "no candidate finished" in first.stdout, first.stdout + first.stderr
-    (folder,) = (tmp_path / "again").iterdir()
-    before = (folder / "tune.json").read_text()
-    second = moekit(*args, timeout=300)
+    """Two sweeps into one --out: two folders, the first left as it was (runs refused at once: the coordinator
+    port they name is taken, which only the launch of each run finds out)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        base = ["experiment=smoke", "cluster.processes_per_node=2", f"cluster.coordinator_port={port}"]
+        args = ["tune", *base, "--name", "again", "--out", str(tmp_path), "--timeout-s", "60"]
+        first = moekit(*args, timeout=300)
+        assert first.returncode == 1 and "no candidate finished" in first.stdout, first.stdout + first.stderr
+        (folder,) = (tmp_path / "again").iterdir()
+        before = (folder / "tune.json").read_text()
+        second = moekit(*args, timeout=300)
     assert second.returncode == 1
     assert len(list((tmp_path / "again").iterdir())) == 2 and (folder / "tune.json").read_text() == before
     assert "refused before launch" in second.stdout
-    assert "evidence: [GPUs] hardware=h200: needs NVIDIA GPUs" in second.stdout
+    assert f"cluster.coordinator_port={port}" in second.stdout
 
 
 def test_a_cpu_preset_records_no_gpus_and_no_tflops(tmp_path):

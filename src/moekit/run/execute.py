@@ -204,7 +204,7 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         records.write_before_launch(run, ctx.config_view, job_record, vers, manifest, ctx.scrub)
     resumed = f", resuming from the checkpoint of step {resume_step}" if resume_step is not None else ""
     again = f" (attempt {attempt}{resumed})" if attempt > 1 else ""
-    if attempt > 1:  # steps are numbered from 0 everywhere (console, metrics, summary, report)
+    if attempt > 1 and (resume_step is None or resume_step < cfg.train.steps - 1):  # steps are numbered from 0
         again += f"; next step {0 if resume_step is None else resume_step + 1} of 0-{cfg.train.steps - 1}"
     print(
         f"moekit: {cfg.experiment_name} -> {run}{again}  ({len(ctx.procs)} process(es), {cfg.num_devices} device(s))",
@@ -212,10 +212,20 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     )
 
     specs = _specs(ctx, job, names)
-    outcome, notice = _launch(ctx, specs)
+    if resume_step is not None and resume_step >= cfg.train.steps - 1:
+        # A stop that landed in the last step's save: every step is trained and saved, and MaxText would refuse to
+        # train "up to" a step it has already passed. Finish the run from its records instead of launching.
+        print(f"moekit: the checkpoint of the last step ({resume_step}) is saved: nothing left to train", flush=True)
+        outcome = launch.Outcome([0] * len(specs), None, 0.0, ended_at=time.monotonic())
+        notice = preemption.Notice(saves=False)
+    else:
+        outcome, notice = _launch(ctx, specs)
 
     unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
-    last = preemption.last_step(metrics_path)  # this attempt's own records, before they join the earlier ones
+    # This attempt's own records, before they join the earlier ones: those of this launcher's first process (a
+    # launcher of another node holds no process 0 and so no metrics.jsonl).
+    own = run / jobmod.per_process(rundir.METRICS, int(ctx.procs[0].get(rz.PROCESS_ID, 0)))
+    last = preemption.last_step(own)
     _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
     failure: failures.Failure | None = None
     saved = attempts.latest_checkpoint(ctx.root, cfg.run_name)
