@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -97,6 +99,19 @@ def start_moekit(command: Sequence[str], run: Path) -> subprocess.Popen:
         text=True,
         start_new_session=True,
     )
+
+
+def wait_until(proc: subprocess.Popen, ready: Callable[[], bool], what: str, timeout_s: float = 400) -> None:
+    """Poll `ready` while the run `proc` lives; fail the test (and SIGKILL the run's session) if it ends first or
+    `what` does not come within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before {what}:\n{proc.stdout.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"not {what} within {timeout_s} s")
+        time.sleep(0.05)
 
 
 def free_port() -> int:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, live_workers, losses, moekit, recorded_steps, start_moekit
+from conftest import REPO, live_workers, losses, moekit, recorded_steps, start_moekit, wait_until
 
 STEPS = 20
 # Saves at 0, 5, 10, 15: steps 1, 6, 11, 16 pay them, the steps after refill the pipeline, 0 starts; 8 are steady.
@@ -45,17 +45,6 @@ def _events(run: Path) -> list[dict]:
 
 def _start(run: Path) -> subprocess.Popen:
     return start_moekit(COMMON, run)
-
-
-def _wait(proc: subprocess.Popen, ready, what: str, timeout_s: float = 400) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before {what}:\n{proc.stdout.read()[-3000:]}")
-        if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail(f"not {what} within {timeout_s} s")
-        time.sleep(0.05)
 
 
 def _first_of_each_attempt(run: Path) -> list[dict]:
@@ -91,12 +80,14 @@ def chain(tmp_path_factory) -> tuple[Path, list[str]]:
     outputs = []
 
     proc = _start(run)  # 1: SIGTERM while compiling (the restore attempt is done, no step yet)
-    _wait(proc, lambda: any(e["event"] == "restore" for e in _events(run)), "restoring")
+    wait_until(proc, lambda: any(e["event"] == "restore" for e in _events(run)), "restoring")
     os.kill(proc.pid, signal.SIGTERM)
     outputs.append(proc.communicate(timeout=300)[0])
 
     proc = _start(run)  # 2: SIGKILL of moekit two steps after the checkpoint of step 5
-    _wait(proc, lambda: _checkpoint(run, 5) and max(recorded_steps(run / "metrics.jsonl"), default=-1) >= 7, "step 7")
+    wait_until(
+        proc, lambda: _checkpoint(run, 5) and max(recorded_steps(run / "metrics.jsonl"), default=-1) >= 7, "step 7"
+    )
     os.killpg(proc.pid, signal.SIGKILL)  # moekit only: the workers run in sessions of their own and die with it
     outputs.append(proc.communicate(timeout=60)[0])
     deadline = time.monotonic() + 30
@@ -104,7 +95,7 @@ def chain(tmp_path_factory) -> tuple[Path, list[str]]:
         time.sleep(0.2)
 
     proc = _start(run)  # 3: the worker killed right after the save of step 10 was committed
-    _wait(proc, lambda: _checkpoint(run, 10), "the checkpoint of step 10")
+    wait_until(proc, lambda: _checkpoint(run, 10), "the checkpoint of step 10")
     for pid in live_workers(run).values():
         os.kill(pid, signal.SIGKILL)
     outputs.append(proc.communicate(timeout=120)[0])
@@ -221,7 +212,7 @@ def test_two_processes_stopped_during_a_save_resume_with_every_step_once(tmp_pat
         start_new_session=True,
     )
     folder = run / "smoke" / "checkpoints"
-    _wait(proc, lambda: folder.is_dir() and any(p.name.startswith("3") for p in folder.iterdir()), "saving step 3")
+    wait_until(proc, lambda: folder.is_dir() and any(p.name.startswith("3") for p in folder.iterdir()), "saving step 3")
     os.kill(proc.pid, signal.SIGTERM)
     first, _ = proc.communicate(timeout=300)
     stop = json.loads((run / "manifest.json").read_text()).get("preemption") or {}

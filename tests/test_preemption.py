@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, live_workers, moekit, recorded_steps, start_moekit
+from conftest import free_port, live_workers, moekit, recorded_steps, start_moekit, wait_until
 from moekit.observe import events
 from moekit.run import preemption, watchdog
 
@@ -124,14 +124,7 @@ def test_a_signal_is_noted_not_raised():
 
 
 def wait_for_step(proc: subprocess.Popen, metrics: Path, step: int, timeout_s: float = 400) -> None:
-    deadline = time.monotonic() + timeout_s
-    while max(recorded_steps(metrics), default=-1) < step:
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before step {step}:\n{proc.stdout.read()[-3000:]}")
-        if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            pytest.fail(f"no step {step} within {timeout_s} s")
-        time.sleep(0.05)
+    wait_until(proc, lambda: max(recorded_steps(metrics), default=-1) >= step, f"step {step}", timeout_s)
 
 
 @pytest.fixture(scope="module")
