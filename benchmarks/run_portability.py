@@ -9,7 +9,7 @@
 A family is its proxy experiment (conf/experiment/<family>_proxy_h200.yaml: full layer widths, the per-GPU expert
 count of the family's cluster layout, few layers). A row is one of run_presets.py's presets or NAME='OVERRIDES';
 the first row is the family's baseline: the speed-up is the row's tokens/s over its, only for rows of the same tokens
-per step (others say why not), and the loss check compares every row with it (moekit.tuning's gate). Each run is
+per step (others say why not), and the loss check compares every row with it (moekit.series.tuning's gate). Each run is
 a real `moekit train` in DIR/<family>/<row>/. --dry-run composes and checks every run, estimates its device memory
 (moekit plan) and the batch's GPU time, and launches nothing.
 """
@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import run_presets  # noqa: E402
 
-from moekit import maxtext_files, plan  # noqa: E402
+from moekit import plan  # noqa: E402
+from moekit.base import maxtext_files  # noqa: E402
 from moekit.commands.plan import data_file  # noqa: E402
 from moekit.config.compose import compose  # noqa: E402
 from moekit.plan.model import Dims  # noqa: E402

@@ -12,7 +12,7 @@ untraced, so that the profiled runs' untraced steps can be set against it (the p
 
 Each preset is a real `moekit train` in DIR/<preset>/ (config, command, versions, metrics, summary). Peak
 device memory comes from benchmarks/peakmem (the allocator's high-water mark, read at exit). The loss check
-compares each preset's loss trajectory with REFERENCE's at the same tokens per step (moekit.tuning's gate);
+compares each preset's loss trajectory with REFERENCE's at the same tokens per step (moekit.series.tuning's gate);
 a quantized preset also reports its loss gap to its bf16 twin (BF16_TWIN) over the steps both ran. --append adds
 to DIR/presets.json instead of starting it anew (a later call of one batch).
 """
@@ -29,12 +29,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from moekit import tuning  # noqa: E402
-from moekit.config.checks import ensure_valid  # noqa: E402
-from moekit.config.compose import compose  # noqa: E402
+from moekit.config.load import load  # noqa: E402
 from moekit.config.sweeps import expand  # noqa: E402
 from moekit.observe import compare, loss_gap  # noqa: E402
-from moekit.run import trial  # noqa: E402
+from moekit.series import trial, tuning  # noqa: E402
 
 EXPERIMENT = "dsv3_proxy_h200"
 REFERENCE = "dense"  # masked dense compute of every expert: no grouped-GEMM kernel in the way
@@ -131,7 +129,7 @@ def plan_rows(rows: dict[str, tuple[list[str], str]], steps: int, experiment: st
     plans = {}
     for name, (extra, _) in rows.items():
         overrides = [f"experiment={experiment}", f"train.steps={steps}", *extra]
-        plans[name] = (overrides, ensure_valid(compose(overrides)).to_dict())
+        plans[name] = (overrides, load(overrides, warn=False))
     return plans
 
 
@@ -178,7 +176,7 @@ def run(
         print(f"== {name}: moekit train {' '.join(overrides)}", flush=True)
         r = trial.run(overrides, out / name, timeout_s, env)
         r |= {"what": entries[name][1], "batch": list(tuning.batch_key(cfg))}
-        if cfg["profile"]["enabled"]:
+        if cfg.profile.enabled:
             r["profile"] = breakdown_record(out / name, results["presets"].get(untraced_of.get(name, "")))
         results["presets"][name] = r
         print(

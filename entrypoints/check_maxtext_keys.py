@@ -45,8 +45,8 @@ def maxtext_keys() -> tuple[set[str], str]:
 def moekit_keys(overrides: list[str]) -> dict[str, str] | None:
     """The MaxText keys `moekit train OVERRIDES` passes, each with the config choice that set it; None when
     the config itself is invalid."""
+    from moekit.base.errors import MoekitError
     from moekit.config.compose import compose
-    from moekit.errors import MoekitError
     from moekit.translate.maxtext_args import maxtext_args
 
     try:

@@ -18,11 +18,12 @@ import pytest
 import yaml
 
 from conftest import REPO, compose, moekit
-from moekit import cli, redact
+from moekit import cli
+from moekit.base import redact
+from moekit.base.errors import MoekitError
 from moekit.commands import render as render_cmd
 from moekit.config.checks import problems
-from moekit.errors import MoekitError
-from moekit.run import preflight
+from moekit.preflight import host as preflight
 
 S = ["train", "experiment=smoke"]
 R = ["render", "experiment=smoke"]

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from conftest import compose, moekit
+from moekit.base.errors import ConfigError
 from moekit.config.checks import ensure_valid, problems, warnings
-from moekit.errors import ConfigError
 
 CASES = [  # id, overrides, key of the problem, words the message must contain
     ("mesh-product", ["cluster.processes_per_node=2", "parallelism.ici.fsdp=3"], "parallelism.ici", "mesh product"),
@@ -87,17 +87,16 @@ def test_cluster_output_problems(case, overrides, key, words):
 
 
 def test_checkpoints_on_a_volume_pass_and_name_the_run_directory():
-    from moekit import rundir
 
     cfg = compose("smoke", ["cluster=jobset", "checkpoint.every=5", PVC, "cluster.output=runs"])
     assert problems(cfg) == []
-    assert rundir.configured_dir(cfg) == "/workspace/outputs/smoke"  # the same for every pod and every restart
+    assert cfg.run_dir == "/workspace/outputs/smoke"  # the same for every pod and every restart
     named = compose("smoke", ["cluster=jobset", PVC, "cluster.output=runs", "cluster.name=exp-7"])
-    assert rundir.configured_dir(named) == "/workspace/outputs/exp-7"
+    assert named.run_dir == "/workspace/outputs/exp-7"
     shared = compose("smoke", ["cluster=slurm", "checkpoint.every=5", "cluster.volumes=[{name: r, path: /lustre/m}]",
                                "cluster.output=r"])  # fmt: skip
-    assert problems(shared) == [] and rundir.configured_dir(shared) == "/lustre/m/smoke"
-    assert rundir.configured_dir(compose("smoke", [])) is None  # local: a new timestamped folder per run
+    assert problems(shared) == [] and shared.run_dir == "/lustre/m/smoke"
+    assert compose("smoke", []).run_dir is None  # local: a new timestamped folder per run
 
 
 # ---- NVLink domains ----

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import REPO, moekit
-from moekit.run import records
+from moekit.rundir import records
 
 # Tiny 2-process smoke runs: 8 steps leave steady steps after compile and warm-up.
 SMALL = ("experiment=smoke", "cluster.processes_per_node=2", "train.steps=8", "train.per_device_batch_size=1")

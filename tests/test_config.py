@@ -8,10 +8,10 @@ import pytest
 import yaml
 
 from conftest import compose, moekit
+from moekit.base.errors import ConfigError
 from moekit.config import sources
 from moekit.config.compose import GROUPS, config_dir
 from moekit.config.schema import defaults
-from moekit.errors import ConfigError
 
 
 def test_groups_exist_with_options():

@@ -61,7 +61,7 @@ def test_smoke_compose_asks_for_gpus_and_limits():
 
 def test_two_node_services_look_like_jobset_pods():
     """Same image and command everywhere; the env and host names from_jobset and render/jobset.py use."""
-    from moekit import rendezvous as rz
+    from moekit.translate import rendezvous as rz
 
     cfg = subprocess.run([eng.COMPOSE, "-f", str(TWO_NODE), "config", "--format", "json"], capture_output=True)
     services = json.loads(cfg.stdout)["services"]

@@ -12,9 +12,12 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, compose, losses, moekit
-from moekit import cli, corpus, data_preflight, maxtext_files, text_shards
+from moekit import cli
+from moekit.base import maxtext_files
 from moekit.config.checks import problems
 from moekit.observe import loss_gap
+from moekit.preflight import data as data_preflight
+from moekit.prepare import corpus, text_shards
 from moekit.translate.job import build
 
 LLAMA2 = maxtext_files.assets_dir() / "tokenizers" / "tokenizer.llama2"

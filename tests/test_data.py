@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import compose, losses, moekit
-from moekit import data_preflight
 from moekit.config.checks import problems
+from moekit.preflight import data as data_preflight
 from moekit.translate.job import build
 from test_experiments import maxtext_verdicts
 

@@ -13,19 +13,23 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "moekit"
 
 # The run path: packages walked whole, and single modules.
-RUN_PATH_PACKAGES = ("config", "translate", "render", "run", "observe", "plan", "commands", "te_gmm", "bench")
-RUN_PATH_MODULES = (
-    "cli.py",
-    "rundir.py",
-    "failures.py",
-    "redact.py",
-    "worker.py",
-    "versions.py",
-    "cache.py",
-    "data_preflight.py",
-    "maxtext_validate.py",
-    "rendezvous.py",
+RUN_PATH_PACKAGES = (
+    "base",
+    "rundir",
+    "config",
+    "te_gmm",
+    "translate",
+    "render",
+    "plan",
+    "observe",
+    "bench",
+    "worker",
+    "preflight",
+    "run",
+    "series",
+    "commands",
 )
+RUN_PATH_MODULES = ("cli.py",)
 
 
 def run_path_files() -> list[Path]:
@@ -92,7 +96,7 @@ def test_run_path_is_found() -> None:
     files = run_path_files()
     assert all(path.is_file() for path in files)
     names = {path.relative_to(PACKAGE).as_posix() for path in files}
-    assert {"cli.py", "rendezvous.py", "translate/job.py", "config/schema.py", "run/execute.py"} <= names
+    assert {"cli.py", "translate/rendezvous.py", "translate/job.py", "config/schema.py", "run/execute.py"} <= names
 
 
 PLANTED = '''

@@ -21,15 +21,15 @@ import yaml
 
 from conftest import EXPERIMENTS, REPO, compose
 from moekit import plan
+from moekit.base.maxtext_files import model_values
 from moekit.commands import render as cmd
 from moekit.commands.plan import data_file
 from moekit.config import formats
 from moekit.config.checks import problems
-from moekit.maxtext_files import model_values
-from moekit.maxtext_validate import MaxTextRejected, rejections, validate
+from moekit.preflight.maxtext_validate import MaxTextRejected, rejections, validate
 from moekit.render import validate as manifest
-from moekit.rendezvous import dry_run_processes
 from moekit.translate.job import build
+from moekit.translate.rendezvous import dry_run_processes
 
 RUN_DIR = "/tmp/moekit-validate"
 

@@ -10,10 +10,11 @@ import time
 import pytest
 
 from conftest import compose, live_workers, moekit
-from moekit import fabric, failures
-from moekit import fabric_verdict as fv
+from moekit.base import failures
 from moekit.observe import fabric_report
 from moekit.translate import fabric as tfabric
+from moekit.translate import fabric_verdict as fv
+from moekit.worker import fabric
 
 H200 = fv.expected_rates(fabric.links_table(), "h200")
 SMALL = ("experiment=smoke", "cluster.processes_per_node=2")
@@ -177,9 +178,7 @@ def test_a_rank_that_stops_inside_the_check_is_named_within_the_bound(tmp_path, 
 @pytest.mark.integration
 def test_a_planted_wrong_result_refuses_to_train_in_enforce_mode(tmp_path):
     run = tmp_path / "wrong"
-    proc = moekit(
-        "train", *SMALL, "fabric.mode=enforce", f"run.dir={run}", env={fabric.FAULT_ENV: "wrong_result:1"}
-    )
+    proc = moekit("train", *SMALL, "fabric.mode=enforce", f"run.dir={run}", env={fabric.FAULT_ENV: "wrong_result:1"})
     assert proc.returncode == 1, proc.stderr[-3000:]
     failure = json.loads((run / "manifest.json").read_text())["failure"]
     assert failure["class"] == "fabric" and "wrong result on rank 1" in failure["evidence"], failure

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, moekit, mount_tmpfs
-from moekit import failures
-from moekit import rendezvous as rz
+from moekit.base import failures
 from moekit.run import launch
+from moekit.translate import rendezvous as rz
 
 OOM_XLA = (
     "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
@@ -343,7 +343,7 @@ MEANINGFUL_LINES = [
 
 
 def test_console_leaves_out_library_notices_only():
-    from moekit import console
+    from moekit.base import console
 
     assert all(console.is_noise(ln) for ln in NOISE_LINES)
     assert console.meaningful(NOISE_LINES + MEANINGFUL_LINES) == MEANINGFUL_LINES

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from conftest import REPO, compose, losses, moekit
+from moekit.base.maxtext_files import model_values
 from moekit.config.checks import problems
 from moekit.config.compose import group_options
-from moekit.maxtext_files import model_values
 from moekit.plan import resolved_values
 from moekit.plan.model import Dims
 from test_experiments import maxtext_verdicts

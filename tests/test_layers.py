@@ -1,8 +1,8 @@
-"""The package's shape: an import graph read from the source (ast), checked against the layers' allowed edges.
+"""The package's shape: an import graph read from the source (ast), checked against one order of rooms.
 
-Rooms (README "Layout"): the pure layers config, translate, render, plan and observe; the run lifecycle (run/,
-with run/records.py the leaf every reader of a run directory shares); the commands; the effects at the edge
-(rundir, rendezvous, worker, failures, ...). Lazy imports inside functions count like any other.
+Rooms (README "Layout") stand in one strict order, ground floor first; a room imports only rooms on floors below
+its own (and itself). Rooms on one floor never import each other. The package root holds only cli, __main__ and
+__init__. Lazy imports inside functions count like any other.
 """
 
 from __future__ import annotations
@@ -11,22 +11,31 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-PURE = ("config", "translate", "render", "plan", "observe")
 
-# room -> the rooms it may import (its own room always). "root" is the package itself (moekit.__version__).
-ALLOWED: dict[str, set[str]] = {
-    "config": {"edge", "root"},
-    "translate": {"config", "edge", "root"},
-    "render": {"config", "translate", "edge", "root"},
-    "plan": {"config", "translate", "edge", "root"},
-    "observe": {"config", "records", "edge", "root"},
-    "records": {"edge", "root"},
-    "run": {*PURE, "records", "edge", "root"},
-    "commands": {*PURE, "run", "records", "edge", "root"},
-    "cli": {"edge", "root"},  # commands are imported by name (importlib), one per invocation
-    "edge": {*PURE, "edge", "root"},
-    "entry": {"cli", "root"},  # moekit/__main__.py
-}
+# Floors, ground first: each a tuple of rooms (a sub-package of moekit, or "cli" / "entry" for the root's modules).
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("base",),  # errors, redaction, failure classes, versions, cache, console notices, MaxText's files
+    ("rundir",),  # run directory files and records
+    ("config",),  # compose, schema, back-end and cluster-kind tables, checks, load
+    ("te_gmm",),  # moe=te_gmm's own code (hook, grouped GEMM, host probe)
+    ("translate",),  # config -> MaxText args, XLA flags, env, rendezvous, the fabric spec
+    ("render", "plan", "observe", "bench"),  # pure rooms beside each other
+    ("worker",),  # inside each training process
+    ("preflight",),  # host probes
+    ("prepare",),  # data prepared on the host
+    ("run",),  # one run
+    ("series",),  # trials, sweeps, tuning
+    ("commands",),
+    ("cli",),  # commands are imported by name (importlib), one per invocation
+    ("entry",),  # moekit/__main__.py
+)
+FLOOR = {room: i for i, floor in enumerate(FLOORS) for room in floor}
+ROOT_MODULES = {"moekit", "moekit.cli", "moekit.__main__"}
+
+
+def allowed(room: str) -> set[str]:
+    """The rooms `room` may import: every room on a lower floor, itself, and the package root (its version)."""
+    return {r for r, f in FLOOR.items() if f < FLOOR[room]} | {room, "root"}
 
 
 def room(module: str) -> str:
@@ -34,11 +43,7 @@ def room(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "root"
-    if module == "moekit.run.records":
-        return "records"
-    if parts[1] in (*PURE, "run", "commands"):
-        return parts[1]
-    return {"cli": "cli", "__main__": "entry"}.get(parts[1], "edge")
+    return {"cli": "cli", "__main__": "entry"}.get(parts[1], parts[1])
 
 
 def modules(src: Path) -> dict[str, Path]:
@@ -74,21 +79,26 @@ def import_graph(src: Path) -> set[tuple[str, str]]:
 
 
 def violations(edges: set[tuple[str, str]]) -> list[str]:
-    """Every edge the layer table does not allow, and every command importing another command."""
+    """Every edge against the order, every command importing another command, and every room not in the order."""
     out = []
     for importer, imported in sorted(edges):
         a, b = room(importer), room(imported)
+        for r, m in ((a, importer), (b, imported)):
+            if r not in FLOOR and r != "root":
+                out.append(f"{m} is in no room of the order: add its room to FLOORS, or move it into one")
+        if a not in FLOOR or (b not in FLOOR and b != "root"):
+            continue
         if a == "commands" and b == "commands":
             out.append(f"{importer} imports {imported}: a command imports no other command (share through run/)")
-        elif a != b and b not in ALLOWED[a]:
-            out.append(f"{importer} ({a}) imports {imported} ({b}): {a} may import only {sorted(ALLOWED[a])}")
+        elif b not in allowed(a):
+            out.append(f"{importer} ({a}) imports {imported} ({b}): {a} may import only {sorted(allowed(a))}")
     return out
 
 
 def test_the_source_follows_the_layers():
     edges = import_graph(SRC)
     assert ("moekit.commands.train", "moekit.run.execute") in edges  # the graph is really read
-    assert ("moekit.observe.rundata", "moekit.run.records") in edges
+    assert ("moekit.observe.rundata", "moekit.rundir.records") in edges
     assert violations(edges) == []
 
 
@@ -105,33 +115,81 @@ def test_a_planted_upward_import_fails(tmp_path):
         tmp_path,
         {
             "__init__.py": "",
-            "rundir.py": "",
+            "rundir/__init__.py": "",
+            "rundir/records.py": "from moekit.rundir import attempts\n",
+            "rundir/attempts.py": "",
             "config/__init__.py": "",
             "config/schema.py": "def f():\n    from moekit.run import execute  # lazy, still counted\n",
             "run/__init__.py": "",
             "run/execute.py": "from moekit import rundir\nfrom moekit.commands import train\n",
-            "run/records.py": "from moekit import rundir\n",
             "observe/__init__.py": "",
-            "observe/rundata.py": "from moekit.run import records\n",
+            "observe/rundata.py": "from moekit.rundir import records\nfrom moekit.render import jobset\n",
+            "render/__init__.py": "",
+            "render/jobset.py": "",
             "commands/__init__.py": "",
             "commands/train.py": "from moekit.run import execute\n",
             "commands/verify.py": "import moekit.commands.train\n",
+            "helpers.py": "from moekit.base import errors\n",
+            "base/__init__.py": "",
+            "base/errors.py": "",
         },
     )
     found = violations(import_graph(src))
     assert found == [
         "moekit.commands.verify imports moekit.commands.train: a command imports no other command (share through run/)",
-        "moekit.config.schema (config) imports moekit.run.execute (run): config may import only ['edge', 'root']",
-        "moekit.run.execute (run) imports moekit.commands.train (commands): run may import only "
-        f"{sorted(ALLOWED['run'])}",
+        f"moekit.config.schema (config) imports moekit.run.execute (run): config may import only "
+        f"{sorted(allowed('config'))}",
+        "moekit.helpers is in no room of the order: add its room to FLOORS, or move it into one",
+        f"moekit.observe.rundata (observe) imports moekit.render.jobset (render): observe may import only "
+        f"{sorted(allowed('observe'))}",
+        f"moekit.run.execute (run) imports moekit.commands.train (commands): run may import only "
+        f"{sorted(allowed('run'))}",
     ]
 
 
-def test_records_is_a_leaf_and_pure_layers_never_reach_run():
+def test_the_order_runs_one_way():
+    assert allowed("base") == {"base", "root"}
+    assert "config" in allowed("rundir") or "rundir" in allowed("config")  # one of the two, never both
+    for a in FLOOR:
+        for b in FLOOR:
+            assert not (a != b and b in allowed(a) and a in allowed(b)), (a, b)
+
+
+def test_the_package_root_holds_only_the_entry():
+    root = {p.name for p in (SRC / "moekit").glob("*.py")}
+    assert root == {"__init__.py", "__main__.py", "cli.py"}
+    rooms = {p.name for p in (SRC / "moekit").iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == set(FLOOR) - {"cli", "entry"}  # every sub-package is a room of the order, and only those
+
+
+def test_no_module_imports_itself_back():
+    edges = import_graph(SRC)
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+    state: dict[str, int] = {}  # 1: on the path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt] if nxt in path else [node, nxt]
+            if nxt not in state and (found := visit(nxt, [*path, nxt])):
+                return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            assert visit(start, [start]) is None
+
+
+def test_pure_rooms_never_reach_run():
     synthetic = {
-        ("moekit.run.records", "moekit.run.execute"),
-        ("moekit.render.jobset", "moekit.run.preflight"),
+        ("moekit.rundir.records", "moekit.run.execute"),
+        ("moekit.render.jobset", "moekit.preflight.host"),
         ("moekit.plan.memory", "moekit.commands.plan"),
-        ("moekit.worker", "moekit.run.execute"),
+        ("moekit.worker.process", "moekit.run.execute"),
+        ("moekit.config.checks.cluster", "moekit.translate.rendezvous"),
     }
-    assert len(violations(synthetic)) == 4
+    assert len(violations(synthetic)) == 5

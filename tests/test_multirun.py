@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from conftest import losses, moekit
+from moekit.base.errors import ConfigError
 from moekit.config.compose import group_options
 from moekit.config.sweeps import expand
-from moekit.errors import ConfigError
 
 EXPANSIONS = [  # id, overrides, expected runs (cartesian product, keys in the order given)
     ("single", ["experiment=smoke"], [["experiment=smoke"]]),
@@ -79,7 +79,7 @@ def test_sweep_gives_one_run_dir_per_run_and_a_combined_report(smoke_sweep):
         ["experiment=smoke", "train.steps=10", "moe=dense"],
     ]
     assert [r["returncode"] for r in record] == [0, 0]
-    assert [r["status"] for r in record] == ["ok", "ok"]  # the record tune's runner gives every run (run/trial.py)
+    assert [r["status"] for r in record] == ["ok", "ok"]  # the record tune's runner gives every run (series/trial.py)
     for i, backend in enumerate(("ragged_dot", "dense")):
         run = folder / str(i)
         assert yaml.safe_load((run / "config.yaml").read_text())["moe"]["backend"] == backend
@@ -94,7 +94,7 @@ def test_sweep_gives_one_run_dir_per_run_and_a_combined_report(smoke_sweep):
 
 @pytest.mark.integration
 def test_a_failed_run_is_classified_and_the_sweep_goes_on(tmp_path):
-    """Each run is a `moekit train` of its own (run/trial.py): MaxText's validator refuses both runs at launch, and
+    """Each run is a `moekit train` of its own (series/trial.py): MaxText's validator refuses both runs at launch, and
     sweep.json says so for each, with the class and evidence tune would record."""
     folder = tmp_path / "sweep"
     proc = moekit("train", "-m", "experiment=smoke", "maxtext.extra.no_such_maxtext_key=1,2", f"run.dir={folder}")

@@ -14,8 +14,8 @@ import yaml
 
 from conftest import compose, moekit
 from moekit import plan
+from moekit.base.maxtext_files import model_values as maxtext_files
 from moekit.commands.plan import data_file
-from moekit.maxtext_files import model_values as maxtext_files
 from moekit.plan import memory, network
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims

@@ -162,7 +162,7 @@ def test_sigterm_saves_at_the_next_step_and_the_relaunch_resumes_there(preempted
     assert manifest["status"] == "ok" and [a["status"] for a in manifest["attempts"]] == ["preempted", "ok"]
     assert manifest["attempts"][0]["preemption"] == record
     # One record per step, the step the preemption saved at included (MaxText logs a step's metrics after the
-    # next one has run; moekit.step_events holds the stop back until they are queued).
+    # next one has run; moekit.worker.step_events holds the stop back until they are queued).
     merged = recorded_steps(run / "metrics.jsonl")
     assert merged == list(range(STEPS)), merged
     summary = json.loads((run / "summary.json").read_text())

@@ -1,4 +1,4 @@
-"""Host probes before launch (moekit.run.preflight): the same table for a real run and for --dry-run, fatal only
+"""Host probes before launch (moekit.preflight.host): the same table for a real run and for --dry-run, fatal only
 where this host is the job's target; the XLA flags the installed XLA knows; MaxText's validator and its cache."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import compose, moekit, mount_tmpfs
-from moekit import cache, maxtext_validate
-from moekit.run import preflight, xla_flags
+from moekit.base import cache
+from moekit.preflight import host as preflight
+from moekit.preflight import maxtext_validate, xla_flags
 from moekit.translate.job import build
 
 

@@ -12,10 +12,10 @@ import jax.profiler
 import pytest
 
 from conftest import REPO
-from moekit import worker
 from moekit.observe import breakdown, hlo, profile
 from moekit.observe.profile_rules import BUCKETS, RULES, Op, classify, is_container
 from moekit.observe.trace import Event
+from moekit.worker import process as worker
 
 GMM = ("RoutedMoE.sparse_matmul.<locals>.jax_ragged_dot_gmm", "RoutedMoE.sparse_matmul.<locals>.gmm", "train_step")
 SORT_IN_PERMUTE = ("_sort_activations", "RoutedMoE.permute", "RoutedMoE.sparse_matmul.<locals>.route")

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from conftest import REPO, compose, moekit
-from moekit import rendezvous as rz
 from moekit.commands import render as cmd
 from moekit.render import jobset, validate
+from moekit.translate import rendezvous as rz
 
 K8S = REPO / "k8s"
 GOLDENS = sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from moekit import rendezvous as rz
+from moekit.translate import rendezvous as rz
 
 
 def test_local_two_processes():
@@ -131,7 +131,7 @@ def test_slurm_task_needs_a_shared_run_dir():
 
 def test_launchers_share_a_run_dir(tmp_path):
     from moekit import rundir
-    from moekit.run import attempts
+    from moekit.rundir import attempts
 
     run = tmp_path / "run"
     assert rundir.for_launcher(run, 0) == run

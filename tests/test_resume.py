@@ -81,7 +81,7 @@ def _write(path: Path, steps: range, tag: str, cut: bool = False) -> None:
     ids=["resumed", "restarted", "empty-retry"],
 )
 def test_merge_keeps_one_record_per_step(tmp_path, first, second, expected):
-    from moekit.run import attempts
+    from moekit.rundir import attempts
 
     _write(tmp_path / "metrics.jsonl", first, "a", cut=True)
     _write(tmp_path / "metrics.1.jsonl", first, "a")
@@ -197,7 +197,7 @@ def test_docs_resume_example_works_as_printed(tmp_path):
 
 def test_a_third_attempt_keeps_who_wrote_each_record(tmp_path):
     """A merged file moves to attempts/2/ with the next attempt's start; the next merge keeps its marks."""
-    from moekit.run import attempts
+    from moekit.rundir import attempts
 
     _write(tmp_path / "metrics.jsonl", range(0, 6), "a")
     attempts.set_aside(tmp_path)

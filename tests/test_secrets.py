@@ -14,9 +14,11 @@ import pytest
 import yaml
 
 from conftest import REPO, moekit
-from moekit import redact, worker
+from moekit.base import redact
 
 # Planted values: each one must never appear anywhere moekit or MaxText writes.
+from moekit.worker import process as worker
+
 HF = "hf_plantedTokenValue0123456789"
 WANDB = "wandb0123456789plantedKEY"
 SITE = "site-conf-planted-4711"

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, TWO_PROCESS_OVERRIDES, free_port, losses, moekit, recorded_steps
+from moekit.base.failures import JOINED
 from moekit.commands import render as cmd
-from moekit.failures import JOINED
 from moekit.render import slurm as render_slurm
 from moekit.rundir import LAUNCHERS
 

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from conftest import compose, losses, moekit
+from moekit.base.errors import MoekitError
 from moekit.config.checks import problems
-from moekit.errors import MoekitError
-from moekit.maxtext_validate import validate
 from moekit.observe import compare
-from moekit.run import preflight as run_preflight
+from moekit.preflight import host as run_preflight
+from moekit.preflight.maxtext_validate import validate
 from moekit.te_gmm import BUCKETS_ENV, MODE_ENV, bias, call_site, grouped, hook, preflight
 from moekit.translate.job import build
 from moekit.translate.maxtext_args import maxtext_args

@@ -14,10 +14,11 @@ import pytest
 import yaml
 
 from conftest import REPO, moekit
-from moekit import tuning
+from moekit.base import failures
 from moekit.commands.tune import preset_yaml
 from moekit.config.compose import compose
 from moekit.observe import compare
+from moekit.series import tuning
 
 
 def test_axes_expand_to_their_product():
@@ -50,16 +51,19 @@ def test_loss_gate_passes_equal_paths_and_rejects_the_offload_drift():
 
 
 @pytest.mark.parametrize(
-    "returncode, log, timed_out, status",
+    "returncode, recorded, console, timed_out, status",
     [
-        (0, "", False, "ok"),
-        (1, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory allocating 122 GiB", False, "oom"),
-        (1, "ValueError: bad key", False, "failed"),
-        (None, "", True, "timeout"),
+        (0, None, "", False, "ok"),
+        (1, {"class": "out_of_memory", "title": "out of memory", "evidence": "RESOURCE_EXHAUSTED"}, "", False, "oom"),
+        (1, {"class": "error", "title": "error in the training program", "evidence": "bad key"}, "", False, "failed"),
+        (2, None, "moekit: error: 1 configuration problem(s); nothing was launched:\n  - moe: no", False, "failed"),
+        (None, None, "", True, "timeout"),
     ],
 )
-def test_outcome_classes(returncode, log, timed_out, status):
-    assert tuning.classify(returncode, log, timed_out) == status
+def test_outcome_classes_come_from_the_recorded_class(returncode, recorded, console, timed_out, status):
+    failure = failures.of_child(returncode, 60, timed_out, recorded, console)
+    assert tuning.classify(failure) == status
+    assert failure is None or failure.name in {c.name for c in failures.ALL}
 
 
 def test_fastest_is_the_accepted_run_with_most_tokens_per_second():

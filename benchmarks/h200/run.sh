@@ -42,7 +42,7 @@ for phase in "$@"; do
   case $name in
     preflight)
       { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-        python3 -c "import moekit.versions as v, json; print(json.dumps(v.versions()))"
+        python3 -c "import moekit.base.versions as v, json; print(json.dumps(v.versions()))"
         python3 -c "from jax.profiler import ProfileData as P; print('ProfileData', P.from_file, P.from_serialized_xspace)"
         timeout 60 $MOEKIT train experiment=dsv3_proxy_h200 --dry-run; } > "$OUT/preflight.txt" 2>&1
       log "preflight rc=$?"

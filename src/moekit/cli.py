@@ -18,7 +18,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from moekit.errors import MoekitError
+from moekit.base.errors import MoekitError
 
 # name -> module under moekit.commands. Only the command that runs is imported, with its dependencies:
 # `moekit --help` and every other command stay fast and need nothing that one command alone needs.

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from moekit.versions import versions
+from moekit.base.versions import versions
 
 
 def median_seconds(fn: Callable[..., Any], *args: Any, warmup: int = 3, iters: int = 20) -> float:

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from moekit.errors import MoekitError
+from moekit.base.errors import MoekitError
 
 HELP = "microbenchmarks: grouped GEMM vs its ceiling (gmm), token dispatch/combine (dispatch)"
 

@@ -21,9 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the groups and their options, or the composed config with each value's source; returns 0."""
+    from moekit.base.errors import ConfigError
     from moekit.config import sources
     from moekit.config.compose import GROUPS
-    from moekit.errors import ConfigError
 
     if args.view == "groups":
         found = sources.groups()

@@ -14,7 +14,7 @@ import argparse
 import time
 from pathlib import Path
 
-from moekit import corpus, text_shards
+from moekit.prepare import corpus, text_shards
 
 HELP = "turn a folder of text files (or --stdlib) into shards for data=grain/hf, counted in tokens"
 

@@ -6,9 +6,9 @@ import argparse
 import os
 import sys
 
-from moekit.config.checks import ensure_valid, format_warnings, warnings
-from moekit.config.compose import compose
-from moekit.errors import ConfigError
+from moekit.base.errors import ConfigError
+from moekit.config.checks import format_warnings, warnings
+from moekit.config.load import load
 from moekit.run import execute
 
 HELP = "check and time the job's collectives on its processes, without training (fabric.json)"
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     """Compose with fabric.only=true (and fabric.mode=enforce unless the overrides set it), check, then run the
     job's processes through the rendezvous and the fabric phase only."""
     overrides = ["fabric.mode=enforce", *args.overrides, "fabric.only=true"]
-    cfg = ensure_valid(compose(overrides))
+    cfg = load(overrides, warn=False)
     if cfg.fabric.mode == "off":
         raise ConfigError("fabric.mode=off: `moekit fabric` would check nothing; drop fabric.mode=off")
     if found := warnings(cfg):

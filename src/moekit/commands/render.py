@@ -12,10 +12,9 @@ from pathlib import Path
 import yaml
 
 import moekit
-from moekit.config.checks import ensure_valid, format_warnings, warnings
-from moekit.config.compose import compose
+from moekit.base.errors import ConfigError, MoekitError
+from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.errors import ConfigError, MoekitError
 from moekit.render import compose as compose_target
 from moekit.render import document, jobset, slurm
 from moekit.render import validate as val
@@ -103,12 +102,9 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
             f"target={name} runs under cluster={target.cluster}, but the overrides choose cluster={chosen[-1]}; "
             f"drop it (cluster={target.cluster} is implied)"
         )
-    cfg = ensure_valid(compose([*rest, f"cluster={target.cluster}"] if not chosen else rest))
-    found = warnings(cfg)
-    if name == "compose":  # one Docker host: its containers share the host's GPUs and NVLink; no pod network
-        found = [w for w in found if w.key != "network"]
-    if found:
-        print(format_warnings(found), file=sys.stderr)
+    # target=compose: one Docker host, whose containers share its GPUs and NVLink; no pod network to warn about.
+    keep = (lambda w: w.key != "network") if name == "compose" else True
+    cfg = load([*rest, f"cluster={target.cluster}"] if not chosen else rest, warn=keep)
     command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
     what = {"jobset": "JobSet", "slurm": "Slurm batch script", "compose": "Compose project"}.get(name, name)
     head = document.header(cfg, what, command, moekit.__version__)

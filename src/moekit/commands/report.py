@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from moekit.errors import MoekitError
+from moekit.base.errors import MoekitError
 from moekit.observe.report_file import write_report
 
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-from moekit.config.checks import CHECKS, ensure_valid, format_warnings, warnings
-from moekit.config.compose import compose
+from moekit.base.errors import MoekitError
+from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.errors import MoekitError
 from moekit.observe import progress
-from moekit.run import execute, sweep
+from moekit.run import execute
+from moekit.series import sweep
 
 HELP = "compose, validate, launch MaxText, summarize"
 
@@ -41,13 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
 def checked(overrides: list[str], phase: progress.Phases) -> Config:
     """The config the overrides compose to, every check passed (warnings printed), before anything else runs."""
-    phase("composing the config")
-    composed = compose(overrides)
-    phase(f"checking it ({len(CHECKS)} checks)")
-    cfg = ensure_valid(composed)
-    if found := warnings(cfg):
-        print(format_warnings(found), file=sys.stderr)
-    return cfg
+    return load(overrides, phase=phase)
 
 
 def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", environ: dict[str, str] | None = None) -> int:

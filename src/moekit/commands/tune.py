@@ -23,13 +23,14 @@ from typing import Any
 
 import yaml
 
-from moekit import rundir, tuning
+from moekit import rundir
+from moekit.base.errors import ConfigError, MoekitError
 from moekit.config import formats
-from moekit.config.checks import ensure_valid
 from moekit.config.compose import GROUPS, compose, config_dir
-from moekit.errors import ConfigError, MoekitError
+from moekit.config.load import load
+from moekit.config.schema import Config
 from moekit.observe import compare
-from moekit.run import trial
+from moekit.series import trial, tuning
 
 HELP = "sweep configurations through moekit train, discard OOM/diverging ones, write the fastest as a preset"
 
@@ -54,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--write-preset", action="store_true", help="also write conf/experiment/<name>.yaml")
 
 
-def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], dict[str, Any], bool]], dict[tuple, list[str]]]:
+def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], Config, bool]], dict[tuple, list[str]]]:
     """Candidates (overrides, resolved config) and one reference per tokens-per-step, each composed and checked once."""
     try:
         extra = tuning.expand(args.axis) + [tuning.parse_candidate(c) for c in args.candidate]
@@ -63,12 +64,12 @@ def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], dict[str, Any
         raise MoekitError(f"{exc}\n  fix: --axis KEY=V1,V2 and --candidate 'KEY=VALUE KEY=VALUE'") from None
     candidates, seen = [], []
     references: dict[tuple, list[str]] = {}
-    ref_configs: dict[tuple, dict[str, Any]] = {}
+    ref_configs: dict[tuple, Config] = {}
     bad = []
     for c in [[], *extra]:  # compose and check everything before the first run; run each config once
         ov = args.overrides + c
         try:
-            cfg = ensure_valid(compose(ov)).to_dict()
+            cfg = load(ov, warn=False)
         except ConfigError as exc:
             bad.append(f"  {tuning.label(ov)}:\n    {str(exc).replace(chr(10), chr(10) + '    ')}")
             continue
@@ -81,13 +82,13 @@ def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], dict[str, Any
         references.setdefault(batch, ref)
     for batch, ref in references.items():
         try:
-            ref_configs[batch] = ensure_valid(compose(ref)).to_dict()
+            ref_configs[batch] = load(ref, warn=False)
         except ConfigError as exc:
             bad.append(f"  reference {tuning.label(ref)}:\n    {exc}")
-    base_model = candidates[0][1]["model"] if candidates and candidates[0][0] == args.overrides else None
+    base_model = candidates[0][1].model if candidates and candidates[0][0] == args.overrides else None
     for ov, cfg in candidates:
-        if base_model is not None and cfg["model"] != base_model:  # a smaller model would always "win"
-            changed = sorted(k for k in cfg["model"] if cfg["model"][k] != base_model.get(k))
+        if base_model is not None and cfg.model != base_model:  # a smaller model would always "win"
+            changed = sorted(k for k in type(cfg.model).model_fields if getattr(cfg.model, k) != getattr(base_model, k))
             bad.append(
                 f"  {tuning.label(ov)}: changes the model ({', '.join(f'model.{k}' for k in changed)}); tune ranks "
                 "configurations of one model by tokens/s, another model's throughput is not comparable"
@@ -196,7 +197,7 @@ def runs_here(base: list[str]) -> None:
     every trial would be refused one by one."""
     import os
 
-    from moekit.run import preflight
+    from moekit.preflight import host as preflight
 
     cfg = compose(base)
     host = preflight.Host(dict(os.environ))
@@ -253,7 +254,7 @@ def format_table(runs: list[dict[str, Any]]) -> str:
 
 def _platform(run_dir: Path) -> str | None:
     """hardware.platform of the run the preset comes from (its config.yaml), or None when unreadable."""
-    from moekit.run import records
+    from moekit.rundir import records
 
     try:
         return ((records.read_config(run_dir) or {}).get("hardware") or {}).get("platform")

@@ -13,13 +13,15 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from moekit import redact, rundir
-from moekit.config.checks import ensure_valid, format_warnings, warnings
-from moekit.config.compose import compose
+from moekit import rundir
+from moekit.base import redact
+from moekit.base.errors import MoekitError
+from moekit.config.checks import format_warnings, warnings
+from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.errors import MoekitError
 from moekit.observe import compare, metrics, rundata
-from moekit.run import execute, records
+from moekit.run import execute
+from moekit.rundir import records
 
 HELP = "numerical equivalence gate: reference vs candidate overrides, same seed and data, N steps"
 DEFAULT_STEPS = 6
@@ -96,10 +98,10 @@ def plan(args: argparse.Namespace) -> tuple[list[str], Config, list[tuple[list[s
     candidates = [shlex.split(c) for c in args.candidate]
     if any(not c for c in candidates):
         raise VerifyError("an empty --candidate; give overrides such as --candidate moe=dense")
-    ref_cfg = ensure_valid(compose(base))
+    ref_cfg = load(base, warn=False)  # warnings print when each run starts
     planned = []
     for cand in candidates:
-        cfg = ensure_valid(compose(base + cand))
+        cfg = load(base + cand, warn=False)
         if cfg.model != ref_cfg.model:
             changed = sorted(k for k, v in cfg.model.model_dump().items() if v != ref_cfg.model.model_dump().get(k))
             raise VerifyError(

@@ -14,9 +14,9 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
+from moekit.base.errors import ConfigError
 from moekit.config import formats, interpolation
 from moekit.config.schema import Config, defaults
-from moekit.errors import ConfigError
 
 # Free-form mappings: a key under them may be new, so `a.b.KEY=V` is passed to Hydra as `++a.b.KEY=V`.
 OPEN_MAPPINGS = (

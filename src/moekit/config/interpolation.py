@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from moekit.errors import ConfigError
-from moekit.redact import is_secret_name
+from moekit.base.errors import ConfigError
+from moekit.base.redact import is_secret_name
 
 # The innermost `${...}` of a value (a nested one is read from the inside out).
 _REFERENCE = re.compile(r"\$\{([^${}]*)\}")

@@ -574,6 +574,28 @@ class Config(Section):
         return self.train.per_device_batch_size * self.num_devices
 
     @property
+    def expert_parallel_size(self) -> int:
+        """Ranks the experts are spread over: the ICI expert axis (filled) times the DCN one."""
+        return self.ici_filled["expert"] * self.parallelism.dcn.expert
+
+    @property
+    def ring_of_experts(self) -> bool:
+        """moe.dispatch=ring, or the raw MaxText key (maxtext.extra wins over the translated value)."""
+        return bool(self.maxtext.extra.get("use_ring_of_experts", self.moe.dispatch == "ring"))
+
+    @property
+    def run_dir(self) -> str | None:
+        """The run directory the config names: run.dir, else, for a cluster job with cluster.output, the same folder
+        on that volume for every node and every restart (<path>/<cluster.name or experiment_name>), so that a
+        restarted job resumes it. None: a new <run.base_dir>/<experiment>/<timestamp> per run."""
+        if self.run.dir:
+            return self.run.dir
+        volume = self.cluster.output_volume
+        if volume is None or self.cluster.kind == "local":
+            return None
+        return f"{volume.path.rstrip('/')}/{self.cluster.name or self.experiment_name}"
+
+    @property
     def maxtext_hardware(self) -> str:
         """MaxText's hardware key: cpu, gpu (one process per node) or gpu_multiprocess (one per GPU)."""
         if self.hardware.platform == "cpu":

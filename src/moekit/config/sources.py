@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
+from moekit.base.errors import ConfigError
 from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options, hydra_at, yaml_problem
-from moekit.errors import ConfigError
 
 SCHEMA_DEFAULT = "schema default (src/moekit/config/schema.py)"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+from moekit.base.errors import ConfigError
 from moekit.config.compose import group_options
-from moekit.errors import ConfigError
 
 
 class _GroupOptions:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from moekit.fabric_verdict import size_text
+from moekit.translate.fabric_verdict import size_text
 
 
 def _num(v: float | None, fmt: str) -> str:

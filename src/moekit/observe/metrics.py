@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moekit.errors import MoekitError
+from moekit.base.errors import MoekitError
 
 
 class MetricsError(MoekitError):

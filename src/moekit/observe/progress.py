@@ -8,7 +8,7 @@ import time
 from datetime import datetime
 from typing import NamedTuple, TextIO
 
-from moekit.failures import JOINED
+from moekit.base.failures import JOINED
 
 _STEP = re.compile(r"completed step: (\d+), seconds: ([\d.]+),.*?loss: ([\d.eE+-]+|nan|inf)")
 

@@ -10,7 +10,7 @@ from typing import Any
 from moekit import rundir
 from moekit.observe import events, metrics, summary
 from moekit.observe.metrics import Metrics, MetricsError
-from moekit.run import records
+from moekit.rundir import records
 
 # Overrides that only place a run; they never distinguish one run from another in a report.
 PLACEMENT = ("run.dir=", "run.base_dir=", "run.name=", "cluster.coordinator_port=")
@@ -73,7 +73,7 @@ def _read(read: Callable[[Path], Any], path: Path) -> Any:
 
 # A run whose manifest says "running" while no process holds its lock: it stopped without recording an end.
 UNFINISHED = "unfinished"
-RUN_LOCK = ".moekit.lock"  # run/attempts.py holds it while a `moekit train` runs the directory
+RUN_LOCK = ".moekit.lock"  # rundir/attempts.py holds it while a `moekit train` runs the directory
 # The sections of config.yaml a report reads, and the type each must have.
 _SECTIONS = ("train", "cluster", "hardware", "model", "moe", "precision", "parallelism")
 

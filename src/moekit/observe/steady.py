@@ -102,9 +102,7 @@ def judge(steps: Sequence[Step], events: Mapping[int, Events], checkpoint_every:
     if rest:
         median = statistics.median(s.seconds for s in rest)
         out |= {
-            s.step: OUTLIER
-            for s in rest
-            if s.seconds > OUTLIER_FACTOR * median or s.seconds * OUTLIER_FACTOR < median
+            s.step: OUTLIER for s in rest if s.seconds > OUTLIER_FACTOR * median or s.seconds * OUTLIER_FACTOR < median
         }
     return Verdict(dict(sorted(out.items())), evidence)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from moekit import rendezvous as rz
 from moekit.config.schema import Config
 from moekit.render import jobset
+from moekit.translate import rendezvous as rz
 
 NETWORK = "jobset"
 STACK_BYTES = 64 * 2**20  # NVIDIA's JAX containers recommend a 64 MiB stack

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from moekit import rendezvous as rz
 from moekit.config import formats
 from moekit.config.schema import Config, Volume
+from moekit.translate import rendezvous as rz
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 WORKERS = "workers"  # the replicated job's name; pod hostnames are <jobset>-workers-0-<node>.<jobset>

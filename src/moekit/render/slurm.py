@@ -87,7 +87,7 @@ def train_command(cfg: Config, overrides: Sequence[str]) -> list[str]:
 def run_dir_word(cfg: Config, overrides: Sequence[str]) -> str | None:
     """run.dir=<base>/<experiment>/slurm-<job id>: every task of the job shares it, and a requeued job (same
     id) resumes it. None when the overrides set run.dir themselves, or cluster.output names a volume (the run
-    directory is then <volume path>/<name> for every task and every resubmission: rundir.configured_dir)."""
+    directory is then <volume path>/<name> for every task and every resubmission: Config.run_dir)."""
     if any(o.lstrip("+").startswith("run.dir=") for o in overrides) or cfg.cluster.output_volume is not None:
         return None
     return shlex.quote(f"run.dir={cfg.run.base_dir}/{cfg.experiment_name}/slurm-") + JOB_ID

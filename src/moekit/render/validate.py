@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from moekit.errors import MoekitError
+from moekit.base.errors import MoekitError
 
 if TYPE_CHECKING:
     import jsonschema

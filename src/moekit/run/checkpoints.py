@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from moekit.run import attempts
-from moekit.run import records as records_
+from moekit.rundir import attempts
+from moekit.rundir import records as records_
 
 CLASS = "corrupt_checkpoint"
 SET_ASIDE = "corrupt_checkpoints"

@@ -1,7 +1,7 @@
 """One run from a composed, checked config to its finished run directory: probes, records, processes, attempts.
 
 `train(cfg)` is the seam every run goes through (`moekit train` and verify call it; sweeps and tune through a
-`moekit train` child, run/trial.py): it runs the host probes, takes the run
+`moekit train` child, series/trial.py): it runs the host probes, takes the run
 directory (new, or an unfinished one of the same config to resume), launches one process per device group
 through moekit.launch, follows their output, and records each attempt's outcome. When an attempt failed
 restoring a damaged checkpoint it is set aside and the run relaunched from the one before (run.checkpoints).
@@ -24,17 +24,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from moekit import console, corpus, failures, redact, rundir, worker
-from moekit import rendezvous as rz
+from moekit import rundir
+from moekit.base import console, failures, redact
+from moekit.base.versions import versions
 from moekit.config.schema import Config
 from moekit.observe import events, metrics, profile, progress, summary
-from moekit.run import attempts, checkpoints, compiling, launch, preemption, preflight, records, view, watchdog
+from moekit.preflight import host as preflight
+from moekit.prepare import corpus
+from moekit.run import checkpoints, compiling, launch, preemption, view, watchdog
+from moekit.rundir import attempts, records
 from moekit.translate import job as jobmod
-from moekit.versions import versions
+from moekit.translate import rendezvous as rz
+from moekit.worker import process as worker
 
 # Inherited variables that change how a run behaves, recorded (redacted) in job.json for reproduction.
 RECORDED_ENV_PREFIXES = ("JAX_", "XLA_", "NCCL_", "NVTE_", "TF_", "CUDA_", "HF_", "MOEKIT_", "LIBTPU_")
-CORPUS = "corpus.json"  # the identity of the corpus a data.corpus run trained on (moekit.corpus)
+CORPUS = "corpus.json"  # the identity of the corpus a data.corpus run trained on (moekit.prepare.corpus)
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,7 @@ def dry_run(cfg: Config, environ: dict[str, str] | None = None, fmt: str = "text
     scrub = redact.Scrubber(redact.secret_values(environ, cfg.to_dict(), names))
     config_view = redact.redact_tree(cfg.to_dict(), names)
     checked = preflight.ensure(cfg, preflight.Host(environ, config_view), dry_run=True)  # as the real run does
-    configured = rundir.configured_dir(cfg)
+    configured = cfg.run_dir
     placeholder = str(rundir.absolute(configured, Path.cwd())) if configured else "<run.dir>"
     job = view.redacted_job(jobmod.build(cfg, placeholder, f"{placeholder}/{rundir.METRICS}"), names)
     shown = view.describe(cfg, job, rz.dry_run_processes(cfg, environ)) | {"config": config_view}
@@ -94,7 +99,7 @@ def train(
 
     procs = rz.processes(cfg, environ, port=rz.launch_port(cfg.cluster, cfg.num_processes))
     first_process = int(procs[0].get(rz.PROCESS_ID, 0))
-    with rundir.records_before_launch(Path(rundir.configured_dir(cfg) or cfg.run.base_dir)):
+    with rundir.records_before_launch(Path(cfg.run_dir or cfg.run.base_dir)):
         root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), first_process)
         if corpus_record is not None:
             rundir.write_json(run / CORPUS, corpus_record)
@@ -126,7 +131,7 @@ def resolve_run_dir(
 
     Paths are made absolute here, before MaxText sees them (Orbax refuses relative checkpoint paths).
     """
-    configured = rundir.configured_dir(cfg)
+    configured = cfg.run_dir
     if configured:
         run = rundir.absolute(configured, cwd)
         records_dir = rundir.for_launcher(run, first_process)
@@ -227,18 +232,19 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     own = run / jobmod.per_process(rundir.METRICS, int(ctx.procs[0].get(rz.PROCESS_ID, 0)))
     last = preemption.last_step(own)
     _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
-    failure: failures.Failure | None = None
     saved = attempts.latest_checkpoint(ctx.root, cfg.run_name)
     with _log_lines(specs[0].log, outcome, 0) as lines:
         stopped = preemption.stop(notice, outcome.ended_at, last, resume_step, saved, lines)
-    if stopped is not None:
-        failure = stopped.failure(128 + (notice.signum or signal.SIGTERM))
-    elif outcome.hang is not None:
-        failure = watchdog.failure(outcome.hang, outcome.stacks, 128 + signal.SIGKILL)
-    elif outcome.failed_rank is not None:
-        rank = outcome.failed_rank
+
+    def crashed(rank: int) -> failures.Failure:
         with _log_lines(specs[rank].log, outcome, rank) as lines:  # the whole log: a full disk may be far up
-            failure = failures.classify(outcome.returncodes[rank], lines)
+            return failures.classify(outcome.returncodes[rank], lines)
+
+    failure = failures.attempt(
+        stopped.failure(128 + (notice.signum or signal.SIGTERM)) if stopped is not None else None,
+        watchdog.failure(outcome.hang, outcome.stacks, 128 + signal.SIGKILL) if outcome.hang is not None else None,
+        (lambda: crashed(outcome.failed_rank)) if outcome.failed_rank is not None else None,
+    )
 
     stats: dict[str, Any] = {}
     if metrics_path.is_file():

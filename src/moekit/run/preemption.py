@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from moekit import failures
+from moekit.base import failures
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 # MaxText 0.2.5 (trainers/pre_train/train.py) logs this when it stopped at the preemption sync step.
@@ -104,7 +104,7 @@ class Stop:
         )
         lost = "no step had finished" if self.steps_lost is None else f"{self.steps_lost} step(s) lost"
         evidence = f"{self.signal}; {where}; {lost}{took}"
-        return failures.Failure(failures.PREEMPTED.name, failures.PREEMPTED.title, returncode, evidence)
+        return failures.PREEMPTED.failure(returncode, evidence)
 
     def to_dict(self) -> dict[str, object]:
         """The stop as the manifest records it (`preemption`)."""
@@ -132,7 +132,7 @@ def stop(
     output; a scheduler may signal the workers directly). `before`/`after`: the newest checkpoint step when
     the attempt started and when it ended."""
     saved = after is not None and after != before
-    # last_step is what the records hold: the step saved at a preemption has its record (moekit.step_events).
+    # last_step is what the records hold: the step saved at a preemption has its record (moekit.worker.step_events).
     told = notice.signum is not None and notice.at is not None
     if told and (ended_at is None or notice.at <= ended_at):
         took = (ended_at or notice.at) - notice.at

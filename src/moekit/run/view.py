@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from moekit import redact
+from moekit.base import redact
 from moekit.config.schema import Config
-from moekit.run import preflight
+from moekit.preflight import host as preflight
 from moekit.translate import job as jobmod
 from moekit.translate.env import EnvVar
 from moekit.translate.maxtext_args import Arg

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from moekit import failures
+from moekit.base import failures
 
 STACKS = "stacks.txt"  # per process in the run directory (stacks.<i>.txt for process i), written on a hang
 STALL_FLOOR_S = 60.0
@@ -135,4 +135,4 @@ def _written(path: Path) -> bool:
 def failure(reason: str, stacks: Sequence[str], returncode: int) -> failures.Failure:
     """The `hang` record of a run the watchdog stopped."""
     where = f"; Python stacks in {', '.join(stacks)}" if stacks else "; no process wrote its stacks"
-    return failures.Failure(failures.HANG.name, failures.HANG.title, returncode, reason + where)
+    return failures.HANG.failure(returncode, reason + where)

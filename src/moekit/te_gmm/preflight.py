@@ -1,7 +1,7 @@
-"""Host probes for moe=te_gmm: one row of run/preflight.py's table, run before anything launches (nothing here
+"""Host probes for moe=te_gmm: one row of preflight/host.py's table, run before anything launches (nothing here
 imports MaxText or TE).
 
-The config checks (config/checks.py) already refused what the config alone shows (no GPU, SM < 90, MXFP8
+The config checks (config/checks/) already refused what the config alone shows (no GPU, SM < 90, MXFP8
 off Blackwell); these look at the host: TransformerEngine importable, the installed MaxText the known source,
 and the GPUs' compute capability where nvidia-smi can tell it.
 """

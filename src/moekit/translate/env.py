@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from moekit.config.checks import expert_parallel_size
 from moekit.config.schema import Config, Scalar
 from moekit.te_gmm import BUCKETS_ENV, MODE_ENV
 from moekit.translate import values
@@ -58,7 +57,7 @@ def env_vars(cfg: Config) -> list[EnvVar]:
         precision = cfg.precision.name if cfg.moe.expert_precision == "auto" else cfg.moe.expert_precision
         origin = f"precision={precision}" if cfg.moe.expert_precision == "auto" else "moe.expert_precision=bf16"
         put(f"moe=te_gmm, {origin} (expert GEMMs)", {MODE_ENV: TE_GMM_MODE[precision]})
-        ep = expert_parallel_size(cfg)
+        ep = cfg.expert_parallel_size
         put(f"moe=te_gmm, expert parallelism {ep}", {BUCKETS_ENV: te_gmm_row_buckets(ep)})
     if cfg.moe.dispatch == "nccl_ep" and cfg.cluster.nodes > 1:
         put("moe.dispatch=nccl_ep (multi-node)", NCCL_EP_MULTI_NODE_ENV)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 from moekit.config.schema import Config
-from moekit.fabric_verdict import AXES, FABRIC_ENV, RECORD
 from moekit.translate.env import EnvVar
+from moekit.translate.fabric_verdict import AXES, FABRIC_ENV, RECORD
 
 
 def spec(cfg: Config, run_dir: str) -> dict[str, object]:
-    """What every process of the job checks (moekit.fabric reads it): the mesh as MaxText builds it from the
+    """What every process of the job checks (moekit.worker.fabric reads it): the mesh as MaxText builds it from the
     parallelism config, the sizes and bounds, the hardware whose link rates it is judged against."""
     f = cfg.fabric
     dcn = dict(cfg.parallelism.dcn.items())

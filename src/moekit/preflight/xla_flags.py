@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 
-from moekit import cache
+from moekit.base import cache
 
 OK, UNKNOWN, BAD_VALUE = "ok", "unknown", "bad value"
 _PROBE = "import jax; jax.devices()"  # starting a client parses XLA_FLAGS

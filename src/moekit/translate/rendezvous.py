@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from moekit.errors import MoekitError
+from moekit.base.errors import MoekitError
 
 if TYPE_CHECKING:  # annotations only: the worker imports this module before anything else
     from moekit.config.schema import Cluster, Config

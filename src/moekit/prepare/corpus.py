@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from moekit import cache, text_shards
+from moekit.base import cache
 from moekit.config.schema import Config
+from moekit.prepare import text_shards
 
 SUFFIXES = (".py", ".txt", ".rst")
 # Folders left out wherever they sit: tests, and what Debian/Ubuntu and others package separately or drop.

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 
-from moekit import cache
-from moekit.errors import MoekitError
+from moekit.base import cache
+from moekit.base.errors import MoekitError
 
 # Reads a JSON list of argument lists on stdin; prints one MOEKIT-RESULT line per list.
 _PROBE = r"""

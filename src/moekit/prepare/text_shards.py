@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from moekit import data_preflight
-from moekit.errors import MoekitError
+from moekit.base.errors import MoekitError
+from moekit.preflight import data as data_preflight
 
 FORMATS = ("arrayrecord", "parquet")
 MANIFEST = "corpus.json"
@@ -170,7 +170,7 @@ def token_counter(tokenizer: str, tokenizer_type: str) -> tuple[Callable[[list[s
     try:
         tok = mt.build_tokenizer(path, tokenizer_type, False, False, os.environ.get("HF_TOKEN"))
     except Exception as exc:  # MaxText's loaders raise ValueError; Hugging Face raises OSError offline
-        from moekit import maxtext_files
+        from moekit.base import maxtext_files
 
         raise PrepareError(
             f"the {tokenizer_type} tokenizer {tokenizer!r} does not load: {str(exc).splitlines()[0][:300]}; use one "

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from moekit.errors import ConfigError
+from moekit.base.errors import ConfigError
 
 
 def package_dir() -> Path:

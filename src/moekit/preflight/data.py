@@ -14,7 +14,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from moekit import maxtext_files
+from moekit.base import maxtext_files
 from moekit.config.checks import Problem
 from moekit.config.schema import Config, Data
 from moekit.plan import resolved_values

@@ -1,7 +1,7 @@
 """`moekit train -m ...`: a Hydra sweep, one run directory per run, then one combined report.
 
 The sweep's runs come from moekit.config.sweeps (Hydra's grammar). Every run is composed and checked before the
-first one starts; each then trains in <folder>/<index> through run/trial.py, the runner tune and the benchmark
+first one starts; each then trains in <folder>/<index> through series/trial.py, the runner tune and the benchmark
 runners use: a `moekit train` of its own, so one run's crash ends that run only, and sweep.json records each run's
 status and failure class as tune.json does.
 """
@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from moekit import redact, rundir
-from moekit.config.checks import ensure_valid
-from moekit.config.compose import compose
+from moekit import rundir
+from moekit.base import redact
+from moekit.base.errors import ConfigError
+from moekit.config.load import load
 from moekit.config.sweeps import expand
-from moekit.errors import ConfigError
 from moekit.observe import report_file
-from moekit.run import preflight, trial, view
+from moekit.preflight import host as preflight
+from moekit.run import view
+from moekit.series import trial
 
 SWEEP = "sweep.json"  # the sweep's runs: overrides, run directory, exit status
 
@@ -42,7 +44,7 @@ def sweep_dir(runs: list[list[str]], base_dir: str, now: datetime) -> tuple[Path
 def run_sweep(overrides: Sequence[str], dry_run: bool = False) -> int:
     """Expand, compose and check every run, then train them one after another and report on those that ran."""
     runs = expand(overrides)
-    configs = [ensure_valid(compose(r)) for r in runs]  # every configuration error before anything starts
+    configs = [load(r, warn=False) for r in runs]  # every configuration error before anything starts
     if dry_run:  # and, as each run's own --dry-run does, the host probes
         print(f"# multirun: {len(runs)} run(s)")
         for i, (r, cfg) in enumerate(zip(runs, configs, strict=True)):

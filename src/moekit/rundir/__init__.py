@@ -10,14 +10,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
-from moekit.errors import MoekitError
-
-if TYPE_CHECKING:
-    from moekit.config.schema import Config
+from moekit.base.errors import MoekitError
 
 CONFIG = "config.yaml"  # resolved moekit config
 JOB = "job.json"  # MaxText command, XLA flags, env, per-process rendezvous env
@@ -38,18 +35,6 @@ def absolute(path: str | Path, cwd: Path) -> Path:
     paths, and a process started elsewhere must find the same directory). Symbolic links are kept as given."""
     p = Path(path).expanduser()
     return p if p.is_absolute() else Path(os.path.normpath(cwd / p))
-
-
-def configured_dir(cfg: Config) -> str | None:
-    """The run directory the config names: run.dir, else, for a cluster job with cluster.output, the same folder
-    on that volume for every node and every restart (<path>/<cluster.name or experiment_name>), so that a
-    restarted job resumes it. None: a new <run.base_dir>/<experiment>/<timestamp> per run."""
-    if cfg.run.dir:
-        return cfg.run.dir
-    volume = cfg.cluster.output_volume
-    if volume is None or cfg.cluster.kind == "local":
-        return None
-    return f"{volume.path.rstrip('/')}/{cfg.cluster.name or cfg.experiment_name}"
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -1,20 +1,19 @@
 """Checks of the input pipeline that need no file: what MaxText would refuse, caught before launch.
 
 Registered into config.checks.CHECKS. What needs the files themselves (do they exist, does the tokenizer load and
-fit the model's vocabulary) is checked where they can be seen, just before training: moekit.data_preflight.
+fit the model's vocabulary) is checked where they can be seen, just before training: moekit.preflight.data.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moekit.config.checks import Problem, check
+from moekit.config.checks.problem import Problem
 from moekit.config.schema import Config
 
 FORMATS = {"hf": ("parquet", "json", "arrow"), "grain": ("arrayrecord", "parquet")}
 
 
-@check
 def data_source_complete(cfg: Config) -> Iterator[Problem]:
     """A file-reading pipeline has its files (or a corpus moekit prepares), a format it reads and a tokenizer MaxText
     loads the way it is configured; the hf pipeline takes at most 1 worker and reads its files once."""
@@ -83,7 +82,6 @@ def data_source_complete(cfg: Config) -> Iterator[Problem]:
         )
 
 
-@check
 def packing_with_te_attention(cfg: Config) -> Iterator[Problem]:
     """cudnn_flash_te on packed sequences (one process per node) needs a bound on the documents per sequence, or
     MaxText refuses it."""

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.errors import MoekitError
-from moekit.run import records
+from moekit.base.errors import MoekitError
+from moekit.rundir import records
 
 ATTEMPTS = "attempts"
 LOCK = ".moekit.lock"

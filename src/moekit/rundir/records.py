@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from moekit import rundir
-from moekit.errors import MoekitError
+from moekit.base.errors import MoekitError
 
 RUNNING, OK, FAILED, PREEMPTED = "running", "ok", "failed", "preempted"
 
@@ -227,7 +227,7 @@ def write_before_launch(
 
 
 def read_fabric(run: Path) -> dict[str, Any] | None:
-    """fabric.json, what the fabric check measured before training (moekit.fabric writes it); None without one."""
+    """fabric.json, what the fabric check measured before training (worker/fabric.py writes it); None without one."""
     return _mapping(run / "fabric.json", json.loads)
 
 

@@ -1,6 +1,6 @@
 """Run one `moekit train` as a child process and read back what it measured (effects): the one runner of a series.
 
-`moekit train -m` (run/sweep.py), `moekit tune` and the benchmark runners run each configuration through `run`:
+`moekit train -m` (series/sweep.py), `moekit tune` and the benchmark runners run each configuration through `run`:
 a real `moekit train` in its own run directory, so every number stays traceable to a run directory with its
 config, command and versions, a run that crashes or hangs cannot take the series down with it, and every run of
 every series gets the same record (status, failure class, summary numbers).
@@ -19,8 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from moekit import rundir, tuning
-from moekit.run import records
+from moekit import rundir
+from moekit.base import failures
+from moekit.rundir import records
+from moekit.series import tuning
 
 # MaxText's compile-time memory estimate line (max_utils.print_compiled_memory_stats).
 _ESTIMATE = re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB")
@@ -72,10 +74,14 @@ def run(
                 pump.join(timeout=10)
     wall = time.monotonic() - start
     log = _tail(run_dir / rundir.LOG) + _tail(console)
+    manifest = records.try_manifest(run_dir)
+    failure = failures.of_child(
+        proc.returncode, timeout_s, timed_out, manifest.failure if manifest else None, _tail(console)
+    )
     result: dict[str, Any] = {
         "overrides": overrides,
         "run_dir": str(run_dir),
-        "status": tuning.classify(proc.returncode, log, timed_out),
+        "status": tuning.classify(failure),
         "returncode": proc.returncode,
         "wall_s": round(wall, 1),
     }
@@ -103,30 +109,11 @@ def run(
     if found:
         result["compiled_estimate_gib"] = round(float(found[-1]) * 1.0, 2)  # MaxText's "GB" are GiB (2**30)
     result["console"] = str(console)
-    if result["status"] != "ok":
+    if failure is not None:
         result["error"] = next((ln.strip()[:300] for ln in reversed(log.splitlines()) if ln.strip()), "")
-        result["failure"] = failure(run_dir, _tail(console), result["status"], timeout_s)
+        result["failure"] = {"class": failure.name, "title": failure.title, "evidence": failure.evidence}
+        result["failure"]["help"] = failure.doc
     return result
-
-
-def failure(run_dir: Path, console: str, status: str, timeout_s: float | None) -> dict[str, str]:
-    """Why a trial did not finish: the class and evidence moekit train recorded in the run's manifest, or, when it
-    stopped before launching anything, the error it printed (a config the host cannot run, a busy run.dir)."""
-    if status == "timeout":
-        return {"class": "timeout", "title": "timed out", "evidence": f"still running after {timeout_s or 0:g} s"}
-    manifest = records.try_manifest(run_dir)
-    recorded = manifest.failure if manifest else None
-    if recorded:
-        return {k: str(recorded.get(k, "")) for k in ("class", "title", "evidence", "help")}
-    lines = console.splitlines()
-    at = [i for i, ln in enumerate(lines) if ln.startswith("moekit: error: ")]
-    if at:
-        # A list of problems follows its heading ("N problem(s) ...:"): the problems are the evidence.
-        listed = [ln.strip().removeprefix("- ") for ln in lines[at[-1] + 1 :] if ln.startswith("  - ")]
-        evidence = "; ".join(listed) or lines[at[-1]].removeprefix("moekit: error: ")
-        return {"class": "refused", "title": "refused before launch", "evidence": evidence.strip()[:300]}
-    last = next((ln.strip()[:300] for ln in reversed(console.splitlines()) if ln.strip()), "no output")
-    return {"class": "error", "title": "ended without a record", "evidence": last}
 
 
 def _summarize_partial(run_dir: Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import signal
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 DOC = "docs/troubleshooting.md"
@@ -27,6 +27,10 @@ class FailureClass:
     """Regular expressions searched in the log tail (first class with a match wins)."""
     whole_log: bool = False
     """Search every line of the log, not only the tail."""
+
+    def failure(self, returncode: int, evidence: str) -> Failure:
+        """A failure of this class with its exit status and evidence (the classes moekit sets, not read from a log)."""
+        return Failure(self.name, self.title, returncode, evidence)
 
 
 TAIL_LINES = 200
@@ -57,7 +61,7 @@ CLASSES = (
             r"Error (reading|decoding|opening) .* in OCDBT database",
         ),
     ),
-    FailureClass(  # moekit.fabric's own line: the check named a rank, its host and the link class
+    FailureClass(  # moekit.worker.fabric's own line: the check named a rank, its host and the link class
         "fabric",
         "fabric check failed",
         (r"moekit: fabric failure: .*",),
@@ -125,7 +129,12 @@ OTHER = FailureClass("error", "error in the training program", ())
 # within run.stall_timeout_s (run/watchdog.py).
 PREEMPTED = FailureClass("preempted", "preempted", ())
 HANG = FailureClass("hang", "hang", ())
-ALL = (*CLASSES, KILLED, PREEMPTED, HANG, OTHER)
+# What a series (series/trial.py) reads of a `moekit train` child that recorded no class of its own: still running
+# at its time limit, refused before launching anything, or ended without writing its manifest's outcome.
+TIMEOUT = FailureClass("timeout", "timed out", ())
+REFUSED = FailureClass("refused", "refused before launch", ())
+UNRECORDED = FailureClass("error", "ended without a record", ())
+ALL = (*CLASSES, KILLED, PREEMPTED, HANG, TIMEOUT, REFUSED, UNRECORDED, OTHER)
 
 # Written by moekit.worker around jax.distributed.initialize.
 JOINING = "moekit: joining rendezvous"
@@ -220,3 +229,47 @@ def classify(returncode: int, log: str | Iterable[str], tail_lines: int = TAIL_L
         return Failure(KILLED.name, KILLED.title, returncode, f"terminated by {_signal_name(sig)}")
     last = next((ln.strip() for ln in reversed(tail) if ln.strip()), f"exit status {returncode}")
     return Failure(OTHER.name, OTHER.title, returncode, last[:300])
+
+
+def attempt(stopped: Failure | None, hang: Failure | None, crashed: Callable[[], Failure] | None) -> Failure | None:
+    """The class of one attempt, in one precedence: a stop moekit was asked for (`preempted`, run/preemption.py)
+    first, since its workers' exits are what the signal caused; then the watchdog's `hang` (run/watchdog.py); then
+    the first failed process's class read from its log (`crashed`, called only then: it reads the whole log).
+    None: the attempt succeeded."""
+    if stopped is not None:
+        return stopped
+    if hang is not None:
+        return hang
+    return crashed() if crashed is not None else None
+
+
+ERROR_LINE = "moekit: error: "  # how moekit prints an error that stops it (cli.py)
+
+
+def of_child(
+    returncode: int | None,
+    timeout_s: float | None,
+    timed_out: bool,
+    recorded: Mapping[str, object] | None,
+    console: str,
+) -> Failure | None:
+    """Why a `moekit train` child (a series' trial) did not finish, in one precedence: its time limit (`timeout`),
+    then the class its run recorded in the manifest, then the error it printed when it stopped before launching
+    (`refused`: a config the host cannot run, a busy run.dir), else `error` without a record. None: it exited 0."""
+    code = returncode if returncode is not None else -1
+    if timed_out:
+        return TIMEOUT.failure(code, f"still running after {timeout_s or 0:g} s")
+    if returncode == 0:
+        return None
+    if recorded:
+        name, title = str(recorded.get("class", "")), str(recorded.get("title", ""))
+        return Failure(name, title, code, str(recorded.get("evidence", "")))
+    lines = console.splitlines()
+    at = [i for i, ln in enumerate(lines) if ln.startswith(ERROR_LINE)]
+    if at:
+        # A list of problems follows its heading ("N problem(s) ...:"): the problems are the evidence.
+        listed = [ln.strip().removeprefix("- ") for ln in lines[at[-1] + 1 :] if ln.startswith("  - ")]
+        evidence = "; ".join(listed) or lines[at[-1]].removeprefix(ERROR_LINE)
+        return REFUSED.failure(code, evidence.strip()[:300])
+    last = next((ln.strip()[:300] for ln in reversed(lines) if ln.strip()), "no output")
+    return UNRECORDED.failure(code, last)

@@ -1,7 +1,7 @@
 """The fabric check's pure part: what to measure on a mesh, which link class each group uses, what rate it should
 reach (data/links.yaml, the rates `moekit plan` assumes) and the verdict on what the ranks measured.
 
-moekit.fabric runs the collectives inside the job's processes and hands the per-rank numbers here. Bus bandwidth
+moekit.worker.fabric runs the collectives inside the job's processes and hands the per-rank numbers here. Bus bandwidth
 follows nccl-tests' convention, so the numbers compare with the per-GPU, one-direction link rates of links.yaml:
 all-reduce moves 2(n-1)/n of the buffer per rank, all-gather and all-to-all (n-1)/n.
 """

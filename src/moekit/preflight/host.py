@@ -18,14 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moekit import data_preflight, maxtext_validate, rundir
-from moekit import rendezvous as rz
+from moekit import rundir
+from moekit.base.errors import MoekitError
 from moekit.config.checks import Problem
 from moekit.config.schema import Config
-from moekit.errors import MoekitError
-from moekit.run import attempts, xla_flags
+from moekit.preflight import data as data_preflight
+from moekit.preflight import maxtext_validate, xla_flags
+from moekit.rundir import attempts
 from moekit.te_gmm import preflight as te_gmm_preflight
 from moekit.translate import job as jobmod
+from moekit.translate import rendezvous as rz
 from moekit.translate.xla_flags import flag_entries
 
 # Where the MaxText validator is told the run writes; it checks paths as strings only, so one placeholder keeps
@@ -81,7 +83,7 @@ def _broken_link(path: Path) -> Path | None:
 
 def run_dir_usable(cfg: Config, host: Host) -> Iterator[Problem]:
     """The run directory can be created and written, and a run.dir being reused is resumable and free."""
-    configured = rundir.configured_dir(cfg)
+    configured = cfg.run_dir
     key = "run.dir" if cfg.run.dir else "cluster.output" if configured else "run.base_dir"
     path = rundir.absolute(configured or Path(cfg.run.base_dir) / cfg.experiment_name, Path.cwd())
     fix = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moekit.config.checks import Problem, check
+from moekit.config.checks.problem import Problem
 from moekit.config.families import FAMILIES, GROUP_ROUTING_MODELS, ROUTING_DEFAULTS
 from moekit.config.schema import Config, Routing
 
@@ -18,7 +18,6 @@ def _attention(cfg: Config) -> str | None:
     return str(cfg.maxtext.extra.get("attention", cfg.model.attention) or "") or None
 
 
-@check
 def routing_has_one_owner(cfg: Config) -> Iterator[Problem]:
     """Routing keys and decoder_block are set through the model option only, never through `model.extra` or
     `maxtext.extra`, where they would bypass the family checks."""
@@ -35,7 +34,6 @@ def routing_has_one_owner(cfg: Config) -> Iterator[Problem]:
                 )
 
 
-@check
 def decoder_reads_the_routing(cfg: Config) -> Iterator[Problem]:
     """A routing value the family's decoder never reads would be ignored without a word."""
     m, fam = cfg.model, FAMILIES[cfg.model.decoder_block]
@@ -61,7 +59,6 @@ def decoder_reads_the_routing(cfg: Config) -> Iterator[Problem]:
         )
 
 
-@check
 def layers_fit_the_family(cfg: Config) -> Iterator[Problem]:
     """The layers are whole cycles of the family's pattern, leave at least one MoE layer, and top-k is within what
     the decoder accepts."""
@@ -91,7 +88,6 @@ def layers_fit_the_family(cfg: Config) -> Iterator[Problem]:
         )
 
 
-@check
 def group_limited_routing(cfg: Config) -> Iterator[Problem]:
     """Group-limited routing has both settings, equal groups that hold top-k, and a model (or moe=te) that runs it."""
     m = cfg.model
@@ -134,7 +130,6 @@ def group_limited_routing(cfg: Config) -> Iterator[Problem]:
         )
 
 
-@check
 def backend_supports_family(cfg: Config) -> Iterator[Problem]:
     """moe=te runs the family and its routing options, and token dropping is off where MaxText refuses it for the
     family."""
@@ -171,7 +166,6 @@ def backend_supports_family(cfg: Config) -> Iterator[Problem]:
             )
 
 
-@check
 def attention_runs_the_family(cfg: Config) -> Iterator[Problem]:
     """A family with attention sinks uses, on GPU, an attention kernel that runs them."""
     fam, attention = FAMILIES[cfg.model.decoder_block], _attention(cfg)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from moekit import failures
+from moekit.base import failures
 from moekit.config import sweeps
+from moekit.config.schema import Config
 from moekit.observe import compare
 
 OUT_OF_MEMORY = "out_of_memory"  # the failures class a trial reports as status oom
@@ -43,19 +44,19 @@ def label(overrides: Sequence[str]) -> str:
     return " ".join(overrides) or "(base)"
 
 
-def classify(returncode: int | None, log_tail: str, timed_out: bool) -> str:
-    """ok | oom | timeout | failed, from how the training process ended (failure classes: moekit.failures)."""
-    if timed_out:
-        return "timeout"
-    if returncode == 0:
+def classify(failure: failures.Failure | None) -> str:
+    """ok | oom | timeout | failed, from the class a trial's failure has (failures.of_child: the class the run
+    recorded in its manifest, never the log read again)."""
+    if failure is None:
         return "ok"
-    return "oom" if failures.classify(returncode or 1, log_tail).name == OUT_OF_MEMORY else "failed"
+    if failure.name == failures.TIMEOUT.name:
+        return "timeout"
+    return "oom" if failure.name == OUT_OF_MEMORY else "failed"
 
 
-def batch_key(cfg_dict: dict[str, Any]) -> tuple[float, int]:
+def batch_key(cfg: Config) -> tuple[float, int]:
     """What must match for a loss comparison: tokens per step on each device."""
-    t = cfg_dict["train"]
-    return (float(t["per_device_batch_size"]), int(t["seq_len"]))
+    return (float(cfg.train.per_device_batch_size), cfg.train.seq_len)
 
 
 def fastest(results: Iterable[dict[str, Any]]) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from moekit import fabric_verdict as fv
+from moekit.translate import fabric_verdict as fv
 
 FABRIC_ENV = fv.FABRIC_ENV
 # Test-only switch: "<fault>:<rank>" makes one rank misbehave (stop: stops inside the check before a collective;
@@ -273,7 +273,7 @@ def _fault(environ: dict[str, str], rank: int) -> str | None:
 def misdirect(environ: dict[str, str]) -> dict[str, str]:
     """Test-only (FAULT_ENV=coordinator:<rank>): that rank's rendezvous goes to a port where no coordinator listens,
     as a process started with another job's address would; everyone else's environment is returned unchanged."""
-    from moekit import rendezvous as rz
+    from moekit.translate import rendezvous as rz
 
     rank = environ.get(rz.PROCESS_ID)
     if rank is None or not rank.isdigit() or _fault(environ, int(rank)) != "coordinator":

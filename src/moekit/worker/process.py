@@ -20,11 +20,12 @@ from collections.abc import Collection, Sequence
 
 import yaml
 
-from moekit import rendezvous as rz
-from moekit import step_events, te_gmm
-from moekit.failures import JOINED, JOINING
-from moekit.redact import is_secret_name
+from moekit import te_gmm
+from moekit.base.failures import JOINED, JOINING
+from moekit.base.redact import is_secret_name
 from moekit.rundir import PROFILE_DIR_ENV
+from moekit.translate import rendezvous as rz
+from moekit.worker import step_events
 
 _PR_SET_PDEATHSIG = 1
 LAUNCHER_PID = "MOEKIT_LAUNCHER_PID"  # set by `moekit train` for the processes it starts
@@ -91,7 +92,7 @@ def join(environ: dict[str, str]) -> None:
 
     ids = environ.get(rz.LOCAL_DEVICES)
     timeout = int(environ.get(rz.TIMEOUT, "300"))
-    # The two marker lines let moekit.failures tell a rendezvous that never completed from other deaths.
+    # The two marker lines let moekit.base.failures tell a rendezvous that never completed from other deaths.
     print(
         f"{JOINING} at {environ[rz.COORDINATOR]} as process {environ[rz.PROCESS_ID]} of "
         f"{environ[rz.NUM_PROCESSES]} (timeout {timeout} s)",
@@ -198,13 +199,14 @@ def point_maxtext_at_its_assets(environ: dict[str, str]) -> dict[str, str]:
 
 def main() -> None:
     """Join the rendezvous, prepare the process for MaxText (assets, te_gmm hook, secret arguments), check the
-    fabric (moekit.fabric), then run the module named by the first argument as `python -m` would, with the
+    fabric (moekit.worker.fabric), then run the module named by the first argument as `python -m` would, with the
     remaining arguments."""
     if len(sys.argv) < 2:
         raise SystemExit("usage: python -m moekit.worker <module> key=value ...")
     module = sys.argv[1]
     die_with_parent(dict(os.environ))
-    from moekit import fabric  # after the line above: its imports take a moment a dead launcher must not outlive
+    from moekit.worker import fabric  # after the line above: its imports take a moment a dead launcher must not outlive
+
     dump_stacks_on_request(dict(os.environ))
     trace_per_process(dict(os.environ))
     join(fabric.misdirect(dict(os.environ)))  # (misdirect: a test-only fault switch, a no-op otherwise)
@@ -224,7 +226,3 @@ def main() -> None:
     # sys.argv lives in this process's memory: what ps and /proc/PID/cmdline show stays the original argv.
     sys.argv = [module, *sys.argv[2:], *secret]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
-
-
-if __name__ == "__main__":
-    main()
