@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from moekit.config.backends import BACKENDS, Backend
+
 Scalar = str | int | float | bool | None
 
 
@@ -574,6 +576,11 @@ class Config(Section):
         return self.train.per_device_batch_size * self.num_devices
 
     @property
+    def backend(self) -> Backend:
+        """The MoE back end's row (config/backends.py): what moe=<backend> runs and needs."""
+        return BACKENDS[self.moe.backend]
+
+    @property
     def expert_parallel_size(self) -> int:
         """Ranks the experts are spread over: the ICI expert axis (filled) times the DCN one."""
         return self.ici_filled["expert"] * self.parallelism.dcn.expert
@@ -600,7 +607,7 @@ class Config(Section):
         """MaxText's hardware key: cpu, gpu (one process per node) or gpu_multiprocess (one per GPU)."""
         if self.hardware.platform == "cpu":
             return "cpu"
-        if self.cluster.processes_per_node > 1 or self.moe.backend == "te":
+        if self.cluster.processes_per_node > 1 or self.backend.te_block:
             return "gpu_multiprocess"
         return "gpu"
 

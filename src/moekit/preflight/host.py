@@ -191,8 +191,10 @@ def gpus_present(cfg: Config, host: Host) -> Iterator[Problem]:
 
 
 def te_present(cfg: Config, host: Host) -> Iterator[Problem]:
-    """moe=te without TransformerEngine fails inside MaxText's model init, after compilation has started."""
-    if cfg.moe.backend != "te" or importlib.util.find_spec("transformer_engine") is not None:
+    """moe=te without TransformerEngine fails inside MaxText's model init, after compilation has started (a back end
+    with a hook has its own probe: te_gmm_ready)."""
+    b = cfg.backend
+    if b.hook or all(importlib.util.find_spec(p) is not None for p in b.packages):
         return
     yield Problem(
         "moe=te",

@@ -40,7 +40,7 @@ def problems(
     capabilities: Callable[[], list[float] | None] = compute_capabilities,
 ) -> list[str]:
     """What keeps moe=te_gmm from running on this host, each with its fix (empty: ready, or another back end)."""
-    if cfg.moe.backend != "te_gmm":
+    if not cfg.backend.hook:
         return []
     found = []
     if not te_present():

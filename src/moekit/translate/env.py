@@ -53,12 +53,12 @@ def env_vars(cfg: Config) -> list[EnvVar]:
     put(f"xla={cfg.xla.name}", cfg.xla.env)
     if cfg.model.attention in ATTENTION_ENV:
         put(f"model.attention={cfg.model.attention}", ATTENTION_ENV[cfg.model.attention])
-    if cfg.moe.backend == "te_gmm":
+    if cfg.backend.hook:
         precision = cfg.precision.name if cfg.moe.expert_precision == "auto" else cfg.moe.expert_precision
         origin = f"precision={precision}" if cfg.moe.expert_precision == "auto" else "moe.expert_precision=bf16"
-        put(f"moe=te_gmm, {origin} (expert GEMMs)", {MODE_ENV: TE_GMM_MODE[precision]})
+        put(f"moe={cfg.moe.backend}, {origin} (expert GEMMs)", {MODE_ENV: TE_GMM_MODE[precision]})
         ep = cfg.expert_parallel_size
-        put(f"moe=te_gmm, expert parallelism {ep}", {BUCKETS_ENV: te_gmm_row_buckets(ep)})
+        put(f"moe={cfg.moe.backend}, expert parallelism {ep}", {BUCKETS_ENV: te_gmm_row_buckets(ep)})
     if cfg.moe.dispatch == "nccl_ep" and cfg.cluster.nodes > 1:
         put("moe.dispatch=nccl_ep (multi-node)", NCCL_EP_MULTI_NODE_ENV)
     put(f"network={cfg.network.name}", cfg.network.env)

@@ -14,19 +14,6 @@ from moekit.translate.data_keys import data_keys
 
 TRAIN_MODULE = "maxtext.trainers.pre_train.train"
 
-# moe=<backend> -> MaxText keys. One row per back end; the dropless/capacity value comes from moe.capacity_factor.
-MOE_KEYS: dict[str, dict[str, Scalar]] = {
-    # TE's block needs the fused gate/up weight layout (MaxText refuses te_moe_block without prefuse_moe_weights).
-    "te": {"sparse_matmul": True, "megablox": False, "te_moe_block": True, "prefuse_moe_weights": True},
-    # MaxText's own jax.lax.ragged_dot path; moekit's worker hands that call to TE's grouped GEMM (env.py).
-    "te_gmm": {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": False},
-    "tokamax": {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": True},
-    "ragged_dot": {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": False},
-    "dense": {"sparse_matmul": False},
-    "capacity": {"sparse_matmul": False},
-    "megablox": {"sparse_matmul": True, "megablox": True},
-}
-
 # moe.dispatch -> MaxText keys of the grouped (sparse_matmul) paths. NCCL EP lives inside te_moe_block: no key.
 DISPATCH_KEYS: dict[str, dict[str, Scalar]] = {
     "ragged_all_to_all": {"use_ring_of_experts": False},
@@ -102,10 +89,10 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
     )
     put(f"data={cfg.data.dataset_type}", **data_keys(cfg.data))
     moe = cfg.moe
-    put(f"moe={moe.backend}", **MOE_KEYS[moe.backend], capacity_factor=moe.capacity_factor)
-    if MOE_KEYS[moe.backend]["sparse_matmul"]:
+    put(f"moe={moe.backend}", **cfg.backend.maxtext, capacity_factor=moe.capacity_factor)
+    if cfg.backend.sparse:
         put(f"moe.dispatch={moe.dispatch}", **DISPATCH_KEYS[moe.dispatch])
-    if moe.backend == "te":
+    if cfg.backend.te_block:
         put(
             f"moe={moe.backend}",
             ragged_buffer_factor=moe.ragged_buffer_factor,

@@ -121,7 +121,7 @@ def group_limited_routing(cfg: Config) -> Iterator[Problem]:
             f"top-{m.experts_per_token} cannot be found in {top} groups of {m.num_experts // groups} experts",
             "raise model.routing.topk_routing_group or lower model.experts_per_token",
         )
-    if cfg.moe.backend != "te" and not m.name.startswith(GROUP_ROUTING_MODELS):
+    if not cfg.backend.te_block and not m.name.startswith(GROUP_ROUTING_MODELS):
         yield Problem(
             "model.routing.n_routing_groups",
             f"MaxText runs group-limited routing only for {', '.join(GROUP_ROUTING_MODELS)}* models (or inside the "
@@ -134,7 +134,7 @@ def backend_supports_family(cfg: Config) -> Iterator[Problem]:
     """moe=te runs the family and its routing options, and token dropping is off where MaxText refuses it for the
     family."""
     m, fam, moe = cfg.model, FAMILIES[cfg.model.decoder_block], cfg.moe
-    if moe.backend == "te":
+    if cfg.backend.te_block:
         if fam.te_moe_block:
             yield Problem(
                 "moe",
@@ -156,7 +156,7 @@ def backend_supports_family(cfg: Config) -> Iterator[Problem]:
     if fam.dropless_only:
         where, refusal = fam.dropless_only
         if (where == "always" and moe.capacity_factor >= 0) or (
-            where == "dense_matmul" and moe.backend in ("dense", "capacity") and moe.capacity_factor != -1
+            where == "dense_matmul" and not cfg.backend.sparse and moe.capacity_factor != -1
         ):
             yield Problem(
                 "moe.capacity_factor",

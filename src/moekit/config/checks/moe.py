@@ -14,8 +14,9 @@ def dropless(cfg: Config) -> Iterator[Problem]:
     """No setting drops tokens (a capacity factor, a capped receive buffer) unless moe.allow_token_dropping says it
     is meant."""
     # The TE MoE block never reads capacity_factor; its receive buffer is checked by te_moe_requirements.
-    drops = cfg.moe.backend == "capacity" or (cfg.moe.capacity_factor > 0 and cfg.moe.backend != "te")
-    if cfg.moe.backend != "te" and cfg.moe.ragged_buffer_factor > 0 and not cfg.moe.allow_token_dropping:
+    b = cfg.backend
+    drops = not b.dropless or (cfg.moe.capacity_factor > 0 and not b.te_block)
+    if not b.te_block and cfg.moe.ragged_buffer_factor > 0 and not cfg.moe.allow_token_dropping:
         yield Problem(
             "moe.ragged_buffer_factor",
             f"ragged_buffer_factor={cfg.moe.ragged_buffer_factor} caps each expert-parallel rank's receive buffer; "
@@ -34,7 +35,7 @@ def dropless(cfg: Config) -> Iterator[Problem]:
 
 def _dropless_fix(cfg: Config) -> str:
     """Ways to dropless training from this config, each one complete (it passes the checks as written)."""
-    if cfg.moe.backend != "capacity":  # a dropless back end with a capacity set
+    if cfg.backend.dropless:  # a dropless back end with a capacity set
         return "moe.capacity_factor=-1 (dropless)"
     gpu = cfg.hardware.platform == "gpu"
     return "a dropless back end: " + (
@@ -44,7 +45,7 @@ def _dropless_fix(cfg: Config) -> str:
 
 def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
     """megablox is a TPU kernel: on a GPU it runs interpreted, about 9x slower, so it needs moe.force."""
-    if cfg.moe.backend == "megablox" and cfg.hardware.platform == "gpu" and not cfg.moe.force:
+    if cfg.backend.gpu_interpreted and cfg.hardware.platform == "gpu" and not cfg.moe.force:
         yield Problem(
             "moe",
             "moe=megablox is MaxText's TPU Pallas kernel; on GPU it runs in interpret mode "
@@ -56,7 +57,7 @@ def megablox_on_gpu(cfg: Config) -> Iterator[Problem]:
 
 def tokamax_gpu_takes_half_precision(cfg: Config) -> Iterator[Problem]:
     """tokamax's GPU grouped GEMM takes bf16/fp16 inputs only: precision=fp32 cannot run it."""
-    if cfg.moe.backend == "tokamax" and cfg.hardware.platform == "gpu" and cfg.precision.name == "fp32":
+    if not cfg.backend.gpu_fp32 and cfg.hardware.platform == "gpu" and cfg.precision.name == "fp32":
         yield Problem(
             "precision",
             "moe=tokamax on GPU runs tokamax's Mosaic GPU grouped GEMM, which takes only bf16/fp16 inputs "
@@ -69,10 +70,11 @@ def tokamax_gpu_takes_half_precision(cfg: Config) -> Iterator[Problem]:
 def te_moe_requirements(cfg: Config) -> Iterator[Problem]:
     """moe=te needs SM >= 90, one process per GPU and at least 2 processes, NCCL EP dispatch and a receive buffer of
     at least the balanced load."""
-    if cfg.moe.backend != "te":
+    b = cfg.backend
+    if not b.te_block:
         return
     hw, c = cfg.hardware, cfg.cluster
-    if hw.platform != "gpu" or (hw.sm or 0) < 90:
+    if hw.platform not in b.platforms or (hw.sm or 0) < (b.min_sm or 0):
         yield Problem(
             "moe",
             f"moe=te (TransformerEngine MoE block with NCCL EP) needs an NVIDIA GPU with SM >= 90 and the NGC image; "
@@ -110,16 +112,13 @@ def te_moe_requirements(cfg: Config) -> Iterator[Problem]:
         )
 
 
-# The MaxText keys that lead to the one ragged_dot call moe=te_gmm hands to TE (moekit.te_gmm).
-TE_GMM_PATH = {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": False, "te_moe_block": False}
-
-
 def te_gmm_requirements(cfg: Config) -> Iterator[Problem]:
     """moe=te_gmm needs MaxText on its ragged_dot path (no `maxtext.extra` key taking it off) and an NVIDIA GPU of
     SM 90 or newer."""
-    if cfg.moe.backend != "te_gmm":
+    b = cfg.backend
+    if not b.hook:
         return
-    off_path = {k: v for k, v in cfg.maxtext.extra.items() if k in TE_GMM_PATH and v != TE_GMM_PATH[k]}
+    off_path = {k: v for k, v in cfg.maxtext.extra.items() if k in b.pinned and v != b.pinned[k]}
     if off_path:
         yield Problem(
             "maxtext.extra",
@@ -128,7 +127,7 @@ def te_gmm_requirements(cfg: Config) -> Iterator[Problem]:
             f"drop {', '.join(f'maxtext.extra.{k}' for k in off_path)}, or choose the back end with moe=",
         )
     hw = cfg.hardware
-    if hw.platform != "gpu" or (hw.sm or 0) < 90:
+    if hw.platform not in b.platforms or (hw.sm or 0) < (b.min_sm or 0):
         yield Problem(
             "moe",
             "moe=te_gmm runs MaxText's expert GEMMs on TransformerEngine's grouped GEMM: an NVIDIA GPU with "
@@ -142,7 +141,7 @@ def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
     """The dispatch is one the back end reads and the platform runs: NCCL EP only with moe=te, ring only with expert
     parallelism > 1 and a grouped-GEMM back end, no ragged all-to-all on CPU."""
     moe, ep = cfg.moe, cfg.expert_parallel_size
-    if moe.dispatch == "nccl_ep" and moe.backend != "te":
+    if moe.dispatch == "nccl_ep" and not cfg.backend.te_block:
         yield Problem(
             "moe.dispatch",
             f"NCCL EP dispatch/combine is reached through the TE MoE block only; moe={moe.backend} has none",
@@ -154,8 +153,8 @@ def dispatch_fits_backend(cfg: Config) -> Iterator[Problem]:
             "ring of experts passes tokens around the expert-parallel ranks, but expert parallelism is 1",
             "set parallelism.ici.expert (or parallelism.dcn.expert) above 1, or moe.dispatch=ragged_all_to_all",
         )
-    grouped = moe.backend in ("te_gmm", "tokamax", "ragged_dot", "megablox")
-    if moe.dispatch == "ring" and not grouped and moe.backend != "te":  # te: te_moe_requirements says it
+    grouped = cfg.backend.grouped
+    if moe.dispatch == "ring" and not grouped and not cfg.backend.te_block:  # te: te_moe_requirements says it
         yield Problem(
             "moe.dispatch",
             f"ring of experts is part of MaxText's grouped-GEMM layer; moe={moe.backend} never reads it",

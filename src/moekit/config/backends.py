@@ -1,0 +1,92 @@
+"""The MoE back ends (moe=<name>): one row each, read by the checks, translate, preflight and the worker.
+
+A row says what MaxText runs for the back end, whether it is MaxText's grouped-GEMM layer and dropless, where it
+runs, what the host needs and what moekit adds around it. Adding a back end: its conf/moe/<name>.yaml, its row
+here, the schema's choice (tests/test_backends.py ties them), and its own code where it has any (te_gmm/).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Key = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backend:
+    """One MoE back end: its MaxText keys, its kind of layer, where it runs and what it needs."""
+
+    name: str
+    """The option name (moe=<name>, conf/moe/<name>.yaml)."""
+    maxtext: Mapping[str, Key]
+    """MaxText keys that select its compute path (translate adds capacity_factor from moe.capacity_factor)."""
+    grouped: bool
+    """MaxText's grouped-GEMM layer: tokens sorted by expert, dispatched by moe.dispatch (ragged all-to-all or
+    ring of experts), each expert GEMM one grouped call."""
+    dropless: bool = True
+    """False: it drops the tokens past expert capacity by design (a baseline, refused unless allowed)."""
+    te_block: bool = False
+    """TransformerEngine's MoE block: NCCL EP dispatch inside, one process per GPU and at least 2 of them, its own
+    receive buffer (it never reads capacity_factor, and skips an overflowing step loudly)."""
+    platforms: tuple[Literal["cpu", "gpu"], ...] = ("cpu", "gpu")
+    """Where it runs."""
+    min_sm: int | None = None
+    """Oldest NVIDIA compute capability it runs on (90 = 9.0); None: any the platforms have."""
+    packages: tuple[str, ...] = ()
+    """Python modules the training host must import beyond MaxText's stack (probed before launch)."""
+    hook: bool = False
+    """Each worker hands MaxText's ragged_dot call to TE's grouped GEMM (te_gmm/hook.py): translate sets the hook's
+    environment, preflight probes the host for it (te_gmm/preflight.py), and `pinned` keys keep MaxText on that call."""
+    pinned: Mapping[str, Key] = field(default_factory=dict)
+    """MaxText keys that maxtext.extra may not set otherwise: they keep MaxText on the path the back end relies on."""
+    gpu_interpreted: bool = False
+    """On a GPU it runs a TPU kernel in interpret mode (pathologically slow): refused unless moe.force."""
+    gpu_fp32: bool = True
+    """False: its GPU kernel takes bf16/fp16 inputs only (precision=fp32 is refused on GPU)."""
+
+    @property
+    def sparse(self) -> bool:
+        """MaxText's sparse_matmul path (the grouped layer and TE's block); False: dense matmuls over every expert."""
+        return bool(self.maxtext.get("sparse_matmul"))
+
+
+_RAGGED_DOT = {"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": False}
+
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        # TE's block needs the fused gate/up weight layout (MaxText refuses te_moe_block without prefuse_moe_weights).
+        Backend(
+            name="te",
+            maxtext={"sparse_matmul": True, "megablox": False, "te_moe_block": True, "prefuse_moe_weights": True},
+            grouped=False,
+            te_block=True,
+            platforms=("gpu",),
+            min_sm=90,
+            packages=("transformer_engine",),
+        ),
+        # MaxText's own jax.lax.ragged_dot path; moekit's worker hands that call to TE's grouped GEMM.
+        Backend(
+            name="te_gmm",
+            maxtext=_RAGGED_DOT,
+            grouped=True,
+            platforms=("gpu",),
+            min_sm=90,
+            packages=("transformer_engine",),
+            hook=True,
+            pinned={**_RAGGED_DOT, "te_moe_block": False},
+        ),
+        Backend(
+            name="tokamax",
+            maxtext={"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": True},
+            grouped=True,
+            gpu_fp32=False,
+        ),
+        Backend(name="ragged_dot", maxtext=_RAGGED_DOT, grouped=True),
+        Backend(name="dense", maxtext={"sparse_matmul": False}, grouped=False),
+        Backend(name="capacity", maxtext={"sparse_matmul": False}, grouped=False, dropless=False),
+        Backend(name="megablox", maxtext={"sparse_matmul": True, "megablox": True}, grouped=True, gpu_interpreted=True),
+    )
+}
