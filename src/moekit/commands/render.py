@@ -5,68 +5,18 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-
-import yaml
 
 import moekit
 from moekit.base.errors import ConfigError, MoekitError
 from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.render import compose as compose_target
-from moekit.render import document, jobset, slurm
+from moekit.render import document
 from moekit.render import validate as val
+from moekit.render.targets import TARGETS, Target
 
 HELP = "write the composed config as a JobSet manifest or a Slurm batch script"
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """One render target: the cluster option it runs under, how to render it and how to check the result."""
-
-    cluster: str
-    """The cluster option the rendered job runs under (its processes find their ranks through it)."""
-    render: Callable[[Config, Sequence[str], list[str]], str]
-    """(config, overrides, header lines) -> manifest text."""
-    check: Callable[[str, argparse.Namespace, Config], list[str]] | None
-    """(manifest text, CLI args, config) -> problems; None = nothing to check against."""
-
-
-def _jobset_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
-    return document.yaml_text(jobset.jobset(cfg, overrides), head)
-
-
-def _jobset_check(text: str, args: argparse.Namespace, cfg: Config) -> list[str]:
-    version = max(args.kubernetes or val.KUBERNETES_VERSION, cfg.network.min_kubernetes, key=_version_key)
-    schema = val.crd_schema(Path(args.crd)) if args.crd else val.packaged_schema()
-    where = f"the CRD in {args.crd}" if args.crd else f"moekit's copy of the {val.schema_source(schema)} (--crd: yours)"
-    print(f"moekit: checking against {where}, Kubernetes {version}", file=sys.stderr)
-    return val.problems(yaml.safe_load(text), Path(args.crd) if args.crd else None, version)
-
-
-def _version_key(v: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(p) for p in v.split("."))
-    except ValueError:
-        raise MoekitError(f"--kubernetes {v}: give a version such as 1.30") from None
-
-
-def _compose_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
-    return document.yaml_text(compose_target.project(cfg, overrides), head)
-
-
-def _slurm_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
-    return slurm.script(cfg, overrides, head)
-
-
-# target=<name> -> how to render it. One row per target.
-TARGETS: dict[str, Target] = {
-    "jobset": Target("jobset", _jobset_text, _jobset_check),
-    "slurm": Target("slurm", _slurm_text, None),
-    "compose": Target("jobset", _compose_text, None),  # one service per JobSet pod, on one Docker host
-}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -102,12 +52,10 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
             f"target={name} runs under cluster={target.cluster}, but the overrides choose cluster={chosen[-1]}; "
             f"drop it (cluster={target.cluster} is implied)"
         )
-    # target=compose: one Docker host, whose containers share its GPUs and NVLink; no pod network to warn about.
-    keep = (lambda w: w.key != "network") if name == "compose" else True
+    keep = True if target.pod_network else (lambda w: w.key != "network")
     cfg = load([*rest, f"cluster={target.cluster}"] if not chosen else rest, warn=keep)
     command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
-    what = {"jobset": "JobSet", "slurm": "Slurm batch script", "compose": "Compose project"}.get(name, name)
-    head = document.header(cfg, what, command, moekit.__version__)
+    head = document.header(cfg, target.title, command, moekit.__version__)
     return target.render(cfg, rest, head), cfg, target
 
 
@@ -199,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         if target.check is None:
             name = split_target(args.overrides)[0]
             raise MoekitError(f"--check validates JobSets only; target={name} has no schema to check against")
-        found = target.check(text, args, cfg)
+        found = target.check(text, cfg, args.crd, args.kubernetes)
         for p in found:
             print(f"moekit: invalid: {p}", file=sys.stderr)
         if found:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from moekit.config.backends import BACKENDS, Backend
+from moekit.config.clusters import CLUSTER_KINDS, ClusterKind
 
 Scalar = str | int | float | bool | None
 
@@ -352,6 +353,11 @@ class Cluster(Section):
     the pods and a restarted job resumes; None = each pod's own filesystem (lost with the pod)."""
 
     @property
+    def row(self) -> ClusterKind:
+        """The cluster kind's row (config/clusters.py): its hosts, where its run directories live."""
+        return CLUSTER_KINDS[self.kind]
+
+    @property
     def output_volume(self) -> Volume | None:
         """The volume named by cluster.output (None when unset or when no volume has that name)."""
         return next((v for v in self.volumes if v.name == self.output), None)
@@ -375,7 +381,7 @@ class Cluster(Section):
 
     @model_validator(mode="after")
     def _port_known_to_every_host(self) -> Cluster:
-        if self.kind != "local" and self.coordinator_port is None:
+        if not self.row.one_host and self.coordinator_port is None:
             raise ValueError(
                 f"cluster={self.kind} needs cluster.coordinator_port: every host must reach process 0 on one port "
                 "known before the job starts (e.g. cluster.coordinator_port=6002)"
@@ -598,7 +604,7 @@ class Config(Section):
         if self.run.dir:
             return self.run.dir
         volume = self.cluster.output_volume
-        if volume is None or self.cluster.kind == "local":
+        if volume is None or self.cluster.row.one_host:
             return None
         return f"{volume.path.rstrip('/')}/{self.cluster.name or self.experiment_name}"
 

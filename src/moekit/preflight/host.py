@@ -160,7 +160,7 @@ def coordinator_port_free(cfg: Config, host: Host) -> Iterator[Problem]:
     port), and fail much later in confusing ways: refuse a port the user set that is already taken (without one,
     each run picks a free port at launch)."""
     port = cfg.cluster.coordinator_port
-    if cfg.cluster.kind != "local" or cfg.num_processes == 1 or port is None or rz.port_free(port):
+    if not cfg.cluster.row.one_host or cfg.num_processes == 1 or port is None or rz.port_free(port):
         return
     yield Problem(
         "cluster.coordinator_port",

@@ -13,7 +13,7 @@ def header(cfg: Config, what: str, command: str, version: str) -> list[str]:
     """Comment lines stating what was rendered, from which command, by which moekit."""
     c = cfg.cluster
     unit = "GPUs" if cfg.hardware.platform == "gpu" else "CPU devices"
-    image = f", image {c.image}" if c.kind == "jobset" else ""
+    image = f", image {c.image}" if c.row.pods else ""
     return [
         f"# {what} for experiment={cfg.experiment_name}: {c.nodes} nodes x {c.gpus_per_node} {unit} "
         f"(hardware={cfg.hardware.name}, {cfg.num_processes} processes){image}",

@@ -110,7 +110,7 @@ def free_port(rng: random.Random | None = None) -> int:
 def launch_port(c: Cluster, num_processes: int) -> int | None:
     """The coordinator port of one launch: the configured one, or for a local multi-process run without one a
     free port picked now (each run its own, so concurrent runs on one host never join each other)."""
-    if c.coordinator_port is not None or c.kind != "local" or num_processes == 1:
+    if c.coordinator_port is not None or not c.row.one_host or num_processes == 1:
         return c.coordinator_port
     return free_port()
 

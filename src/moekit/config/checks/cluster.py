@@ -14,7 +14,7 @@ from moekit.config.schema import Config
 
 def local_is_one_host(cfg: Config) -> Iterator[Problem]:
     """cluster=local runs on this host only, so it has one node."""
-    if cfg.cluster.kind == "local" and cfg.cluster.nodes != 1:
+    if cfg.cluster.row.one_host and cfg.cluster.nodes != 1:
         yield Problem(
             "cluster.nodes",
             f"cluster=local runs on one host but cluster.nodes={cfg.cluster.nodes}",
@@ -25,7 +25,7 @@ def local_is_one_host(cfg: Config) -> Iterator[Problem]:
 def job_names(cfg: Config) -> Iterator[Problem]:
     """One rule for the names a cluster job gets (JobSet, pods, Compose services, Slurm job)."""
     c = cfg.cluster
-    if c.kind == "local":
+    if c.row.one_host:
         return
     name = formats.job_name(cfg)
     why = formats.JOB_NAME.problem(name)
@@ -48,14 +48,14 @@ def volumes_valid(cfg: Config) -> Iterator[Problem]:
         if not v.path.startswith("/"):
             yield Problem(f"{key}.path", f"'{v.path}' is not an absolute path", f"{key}.path=/{v.path.lstrip('./')}")
         source = [k for k in ("claim", "host_path") if getattr(v, k)]
-        if c.kind == "jobset" and len(source) != 1:
+        if c.row.pods and len(source) != 1:
             yield Problem(
                 f"{key}.{source[-1]}" if source else key,
                 f"volume '{v.name}' needs exactly one source for the pods, got {source or 'none'}",
                 f"{key}.claim=PVC_NAME (a PersistentVolumeClaim; ReadWriteMany for several pods) or "
                 f"{key}.host_path=/NODE/PATH",
             )
-        if c.kind == "slurm" and source:
+        if c.row.shared_paths and source:
             yield Problem(
                 f"{key}.{source[0]}",
                 f"Slurm mounts nothing: {source[0]} applies to JobSet pods only",
@@ -78,7 +78,7 @@ def _persistent(cfg: Config) -> bool:
     where = cfg.run_dir
     if where is None:
         return False
-    if cfg.cluster.kind == "slurm":
+    if cfg.cluster.row.shared_paths:
         return True
     return any(
         not v.read_only and (where == v.path or where.startswith(v.path.rstrip("/") + "/")) for v in cfg.cluster.volumes
@@ -88,10 +88,9 @@ def _persistent(cfg: Config) -> bool:
 def checkpoints_persist(cfg: Config) -> Iterator[Problem]:
     """A cluster job's checkpoints must survive its pods and be one set for all nodes, or a restart starts over."""
     c = cfg.cluster
-    if cfg.checkpoint.every == 0 or c.kind == "local" or _persistent(cfg):
+    if cfg.checkpoint.every == 0 or c.row.one_host or _persistent(cfg):
         return
-    where = "each pod's own filesystem, lost with the pod" if c.kind == "jobset" else "a new folder on every node"
-    source = "claim: PVC_NAME" if c.kind == "jobset" else "no claim: a path every node sees"
+    where, source = c.row.lost_where, c.row.volume_source
     yield Problem(
         "cluster.output",
         f"checkpoint.every={cfg.checkpoint.every} on cluster={c.kind}, but the run directory is in {where}: "
@@ -104,7 +103,7 @@ def network_fits_the_layout(cfg: Config) -> Iterator[Problem]:
     """A JobSet over several nodes needs the pods' fabric: multi-node NVLink (NVL72) and RDMA between domains."""
     c, net = cfg.cluster, cfg.network
     domain = cfg.hardware.nvlink_domain
-    if c.kind != "jobset" or c.nodes == 1 or not domain:
+    if not c.row.pods or c.nodes == 1 or not domain:
         return
     per_slice = math.prod(cfg.ici_filled.values())
     multi_node_nvlink = domain > c.gpus_per_node and per_slice > c.gpus_per_node
@@ -127,7 +126,7 @@ def network_fits_the_layout(cfg: Config) -> Iterator[Problem]:
 
 def no_inline_secrets(cfg: Config) -> Iterator[Problem]:
     """A rendered manifest or batch script is a file people share: secrets go in by reference only."""
-    if cfg.cluster.kind == "local":
+    if cfg.cluster.row.one_host:
         return  # a local run passes them to its processes and redacts them from everything it writes
     sections = {"cluster.env": cfg.cluster.env, "hardware.env": cfg.hardware.env, "network.env": cfg.network.env}
     sections |= {"memory.env": cfg.memory.env, "xla.env": cfg.xla.env, "maxtext.extra": cfg.maxtext.extra}
