@@ -8,6 +8,7 @@ __init__. Lazy imports inside functions count like any other.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -193,3 +194,12 @@ def test_pure_rooms_never_reach_run():
         ("moekit.config.checks.cluster", "moekit.translate.rendezvous"),
     }
     assert len(violations(synthetic)) == 5
+
+
+def test_the_readme_draws_the_order():
+    text = (SRC.parent / "README.md").read_text(encoding="utf8")
+    layout = text[text.index("## Layout") :]
+    rows = re.findall(r"^\| (\d+) \| (.+?) \|", layout, flags=re.M)
+    drawn = [tuple(re.findall(r"`(\w+)/`", rooms)) for _, rooms in rows]
+    assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1))
+    assert drawn[:-1] == list(FLOORS[:-2])  # the last row: cli.py, then __main__.py

@@ -79,7 +79,7 @@ def processes_fit_devices(cfg: Config) -> Iterator[Problem]:
 
 def experts_divide_over_ep(cfg: Config) -> Iterator[Problem]:
     """Each expert-parallel rank holds the same number of experts."""
-    ep = cfg.ici_filled["expert"] * cfg.parallelism.dcn.expert
+    ep = cfg.expert_parallel_size
     if ep > 0 and cfg.model.num_experts % ep:
         yield Problem(
             "parallelism.ici.expert",
