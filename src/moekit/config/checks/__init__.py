@@ -1,7 +1,8 @@
 """Cross-field checks of a typed config, run before anything launches.
 
-Each check returns Problems (key, what is wrong, the override that fixes it); `check` runs all of
-them so a user sees every problem at once. Pure: no environment, files or clock.
+Each check returns Problems (key, what is wrong, the override that fixes it); `problems` runs all of
+them so a user sees every problem at once. Pure: no environment, files or clock. The checks live in one
+module per topic (mesh, moe, cluster, compute, text, family, data); CHECKS and WARNINGS list them here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Checks of the input pipeline that need no file: what MaxText would refuse, caught before launch.
 
-Registered into config.checks.CHECKS. What needs the files themselves (do they exist, does the tokenizer load and
+Listed in config.checks.CHECKS. What needs the files themselves (do they exist, does the tokenizer load and
 fit the model's vocabulary) is checked where they can be seen, just before training: moekit.preflight.data.
 """
 

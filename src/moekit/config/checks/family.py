@@ -1,6 +1,6 @@
 """Checks that know each MoE family's routing: what MaxText 0.2.5 would refuse, or silently ignore, for it.
 
-Registered into config.checks.CHECKS; pure like the others. The facts come from config/families.py.
+Listed in config.checks.CHECKS; pure like the others. The facts come from config/families.py.
 """
 
 from __future__ import annotations
