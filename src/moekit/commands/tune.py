@@ -26,7 +26,7 @@ import yaml
 from moekit import rundir
 from moekit.base.errors import ConfigError, MoekitError
 from moekit.config import formats
-from moekit.config.compose import GROUPS, compose, config_dir
+from moekit.config.compose import GROUPS, config_dir
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.observe import compare
@@ -106,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if why := formats.EXPERIMENT_NAME.problem(name):  # it names conf/experiment/<name>.yaml and its experiment_name
         raise ConfigError(f"--name {name!r} {why}.\n  fix: --name {experiment or 'default'}_tuned")
     candidates, references = _plan(args)
-    runs_here(args.overrides)
+    runs_here(args.overrides, candidates[0][1])  # the base is the first candidate, checked
     target = config_dir() / "experiment" / f"{name}.yaml"
     if args.write_preset and target.exists():
         raise ConfigError(
@@ -192,14 +192,13 @@ def run(args: argparse.Namespace) -> int:
 CPU_FORM = "moekit tune experiment=smoke --axis train.per_device_batch_size=2,4"
 
 
-def runs_here(base: list[str]) -> None:
+def runs_here(base: list[str], cfg: Config) -> None:
     """Refuse, before any folder or run, a sweep whose base needs what this host lacks (GPUs, TransformerEngine):
     every trial would be refused one by one."""
     import os
 
     from moekit.preflight import host as preflight
 
-    cfg = compose(base)
     host = preflight.Host(dict(os.environ))
     probes = (preflight.gpus_present, preflight.te_present, preflight.te_gmm_ready)
     found = [p for probe in probes for p in probe(cfg, host) if not isinstance(p, str)]
