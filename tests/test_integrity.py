@@ -1,13 +1,17 @@
 """Measurement integrity on the paths users take: the summary of an interrupted, resumed run measures what an
 uninterrupted run of the same config measures, and the records hold every step exactly once.
 
-Uninterrupted references before and after one run interrupted three times, each attempt stopped another way at another
-point (the cells of the stop table this covers, 1 process):
-- attempt 1: SIGTERM to moekit while MaxText compiles (before step 0): a preemption, saved at the first step
-  boundary JAX's preemption sync reaches (step 0 or 1);
-- attempt 2: SIGKILL of moekit between steps, two steps after the checkpoint of step 5: steps 6-7 run again;
-- attempt 3: SIGKILL of the worker right after the checkpoint of step 10 is committed;
-- attempt 4: runs to the end.
+The stop table (docs/metrics.md, "Stopped and resumed runs"): a stop at compile, between steps, during a save or
+right after a save x SIGTERM to moekit, SIGKILL of moekit or SIGKILL of one worker x 1 or 2 processes. Two chains
+run here, each one run stopped again and again, every attempt another way, then run to the end:
+- 1 process (`chain`, 20 steps, checkpoints at 0, 5, 10, 15, 19), between uninterrupted references run before and
+  after it: SIGTERM, worker killed and moekit killed while compiling; moekit killed between steps and during a
+  save; SIGTERM and worker killed right after a save;
+- 2 processes (`two_chain`, 6 steps, checkpoints at 0, 3, 5), against the uninterrupted 2-process run: worker and
+  moekit killed while compiling, worker killed during a save, moekit killed between steps, SIGTERM right after a
+  save.
+Each stop waits for its point in the attempt under way and is checked to have landed there (`landed`: from the
+attempt's events.jsonl and the checkpoints committed when it was sent), else the test names the cell it hit.
 Throughput is a ratio within this test (CPU time is noisy between machines, less within one test).
 """
 
