@@ -79,6 +79,9 @@ def _running(run: Path, attempt: int) -> bool:
     return m.get("status") == "running" and m.get("attempt") == attempt
 
 
+SIGTERM, KILL_MOEKIT, WORKER = "SIGTERM", "SIGKILL of moekit", "worker killed"
+
+
 def _saves(events: list[dict], before: float, last: int) -> list[int]:
     """The steps of the saves begun before wall time `before` (MaxText's save on completion names no step: it is
     the last step's)."""
@@ -184,9 +187,6 @@ def check_stops(run: Path, stops: list[Stop]) -> list[dict]:
             assert stop.committed_after == stop.committed, (n, stop.committed, stop.committed_after)
             assert following["resumed_from_checkpoint"] == max(stop.committed, default=None), (n, following)
     return attempts
-
-
-SIGTERM, KILL_MOEKIT, WORKER = "SIGTERM", "SIGKILL of moekit", "worker killed"
 
 
 def records_reconciled(run: Path, steps: int, name: str = "metrics.jsonl") -> None:
