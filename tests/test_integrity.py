@@ -437,3 +437,39 @@ def test_two_processes_stopped_five_ways_resume_with_every_step_once(local_two_p
         assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-3, (name, a, b)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["missing_steps"] == [], summary
+
+
+def test_a_saved_steps_record_is_written_before_the_next_step(tmp_path):
+    """MaxText writes step s's record once step s + 1 is queued, while the checkpoint of s commits in the
+    background: step_events writes a saved step's record as soon as it is queued (MaxText's own MetricLogger
+    here; the checkpointing stand-in saves at steps 0 and 3)."""
+    import datetime
+    import types
+
+    from maxtext.common import metric_logger
+
+    from moekit import step_events
+
+    class Config(types.SimpleNamespace):
+        def __getattr__(self, name):  # every switch MaxText's logger reads and this test leaves unset: off
+            return 0
+
+    metrics_file = tmp_path / "metrics.jsonl"
+    config = Config(metrics_file=str(metrics_file), run_name="t", rampup_end_step=10**9)
+
+    class Logger(metric_logger.MetricLogger):  # a subclass: MaxText's own class stays unwrapped
+        pass
+
+    saving = types.SimpleNamespace(save_checkpoint=lambda *a, **k: True, load_state_if_possible=lambda *a, **k: None)
+    saving.maybe_save_checkpoint = lambda m, s, c, d, step=None: step in (0, 3) and saving.save_checkpoint()
+    step_events._wrap_checkpointing(saving, RuntimeError)
+    step_events._wrap_metric_logger(Logger)
+    logger = Logger(config, learning_rate_schedule=lambda step: 0.1)
+    written = []
+    for step in range(5):
+        saving.maybe_save_checkpoint(None, None, None, None, step)
+        scalars = {"learning/loss": 1.0 + step, "learning/total_weights": 8}
+        logger.buffer_and_write_metrics({"scalar": scalars}, step, datetime.timedelta(seconds=1))
+        written.append([json.loads(line)["step"] for line in metrics_file.read_text().splitlines()])
+    # steps 0 and 3 (saved) are on disk when they are queued; the others one step later, as MaxText writes them
+    assert written == [[0], [0], [0, 1], [0, 1, 2, 3], [0, 1, 2, 3]], written
