@@ -201,6 +201,8 @@ def test_two_node_compose_same_losses(engine, image, tmp_path):
     runs["node-1"] = runs["node-1"] / "launchers" / "1"  # process 1's launcher: records apart (rundir.LAUNCHERS)
     rank0, rank1 = losses(runs["node-0"]), losses(runs["node-1"], "metrics.1.jsonl")
     assert len(rank0) == 5 and rank0 == rank1
+    fabric = json.loads((runs["node-0"] / "fabric.json").read_text())  # the fabric phase ran in both containers
+    assert fabric["processes"] == 2 and fabric["results"] and not fabric["problems"], fabric
     job = json.loads((runs["node-1"] / "job.json").read_text())
     assert job["processes"][0]["JAX_COORDINATOR_ADDRESS"] == "smoke-workers-0-0.smoke:6002"
     assert job["processes"][0]["JAX_PROCESS_ID"] == "1"

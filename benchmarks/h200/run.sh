@@ -12,7 +12,8 @@
 #   PRESET_TIMEOUT_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm_fp8_text lossgap:te_gmm_fp8_text,te_gmm_text
 # DEADLINE_S: a phase that would start with less than 45 s left is skipped, and none runs past the deadline.
 # Needs: .whl/ (git-ignored, carried): the wheels of benchmarks/h200/wheels.txt (benchmarks/h200/README.md says how
-# to get them); benchmarks/h200/stubs/ holds the xprof stand-in tokamax imports.
+# to get them), and .whl_text/ for real text (wheels_text.txt); benchmarks/h200/stubs/ holds the xprof stand-in
+# tokamax imports.
 set -u
 export PYTHONUNBUFFERED=1 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -23,7 +24,9 @@ trap pack_logs EXIT
 # min(the phase's own bound, the time left before DEADLINE_S)
 bound() { local left=$(( ${DEADLINE_S:-100000} - (SECONDS - T0) )); echo $(( $1 < left ? $1 : left )); }
 if ls .whl/*.whl >/dev/null 2>&1; then
+  # .whl_text/ (optional): the tokenizer wheels real text needs (wheels_text.txt)
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    $(ls .whl_text/*.whl 2>/dev/null) \
     >/dev/null 2>&1 || { log "wheel install failed"; exit 1; }
   log "wheels installed"
 else

@@ -9,6 +9,9 @@ these wrappers around MaxText's own functions write them down as they happen, wi
 MaxText 0.2.5 stops for a preemption notice from inside the save of step s, before it logs step s's metrics:
 the step is trained and checkpointed, yet has no metrics record, and the next attempt starts at s + 1. The stop
 is held back here until step s's metrics are queued, so MaxText's own flush on the way out writes them.
+Likewise MaxText writes a step's record only once the next step is dispatched, while the checkpoint of a saved
+step commits in the background: a kill between the two would leave a checkpointed step without a record. So a
+saved step's record is written as soon as it is queued (the save has already waited for the step's results).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from moekit.observe import events as ev
 _lock = threading.Lock()
 _file = None
 _pending_stop: BaseException | None = None
+_saved_step: int | None = None  # the last step whose maybe_save_checkpoint call saved
 
 
 def _emit(record: dict[str, Any]) -> None:
@@ -101,7 +105,7 @@ def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) 
         return save(*args, **kwargs)
 
     def maybe_save_checkpoint(manager, state, config, data_iterator, step=None):
-        global _pending_stop
+        global _pending_stop, _saved_step
         if step is not None:  # called right after MaxText stamped `step` done, on every step
             _emit({"event": ev.STEP_END, "step": int(step), "t": time.time()})
         saving.did, saving.step = False, None if step is None else int(step)
@@ -117,6 +121,7 @@ def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) 
         finally:
             if saving.did:
                 which = None if step is None else int(step)
+                _saved_step = which
                 _emit({"event": ev.SAVE, "step": which, "start": began, "end": time.time()})
 
     def load_state_if_possible(*args: Any, **kwargs: Any) -> Any:
@@ -132,12 +137,18 @@ def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) 
     checkpointing.load_state_if_possible = load_state_if_possible
 
 
+FLUSH = "_flush_one_buffered_entry"  # MaxText 0.2.5's MetricLogger: write one queued entry
+
+
 def _wrap_metric_logger(logger_class: Any) -> None:
     buffer = logger_class.buffer_and_write_metrics
 
     def buffer_and_write_metrics(self, metrics, step, step_time_delta=None, is_training=True):
         global _pending_stop
         out = buffer(self, metrics, step, step_time_delta, is_training)
+        queued = getattr(self, "buffered_metrics", None)
+        if is_training and step is not None and int(step) == _saved_step and queued and hasattr(self, FLUSH):
+            getattr(self, FLUSH)(queued.pop(0))  # this saved step's record now, not after the next step
         if is_training and _pending_stop is not None:
             stop, _pending_stop = _pending_stop, None
             raise stop  # MaxText's train loop ends here and flushes the queued metrics of this step
