@@ -448,7 +448,7 @@ def test_a_saved_steps_record_is_written_before_the_next_step(tmp_path):
 
     from maxtext.common import metric_logger
 
-    from moekit import step_events
+    from moekit.worker import step_events
 
     class Config(types.SimpleNamespace):
         def __getattr__(self, name):  # every switch MaxText's logger reads and this test leaves unset: off
