@@ -8,6 +8,7 @@
 #   DEADLINE_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm,dense verify:<args file>
 #   bash benchmarks/h200/run.sh portability:qwen3,mixtral   portability:dsv2_lite/dense   (benchmarks/run_portability.py)
 #   bash benchmarks/h200/run.sh profile:tokamax,dense   profile:te_gmm:moe=te_gmm   (step-time breakdowns)
+#   bash benchmarks/h200/run.sh fabric:dsv3_proxy_h200   (the fabric phase alone, nothing trained)
 #   PRESET_TIMEOUT_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm_text   (then, in a second call:)
 #   PRESET_TIMEOUT_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm_fp8_text lossgap:te_gmm_fp8_text,te_gmm_text
 # DEADLINE_S: a phase that would start with less than 45 s left is skipped, and none runs past the deadline.
@@ -171,6 +172,11 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
       log "resume relaunch rc=$?"
       $MOEKIT report "$d/plain" "$d/killed" --out "$d/report" >> "$OUT/resume.txt" 2>&1
       tar czf "$OUT/resume_runs.tgz" --exclude=checkpoints --exclude=tensorboard -C "$d" . 2>/dev/null ;;
+    fabric)
+      # The fabric phase on this machine's devices, nothing trained ($arg: the experiment, default dsv3_proxy_h200):
+      # its console line and fabric.json (one GPU: no collective to check, the line says so).
+      timeout "$(bound 120)" $MOEKIT fabric "experiment=${arg:-dsv3_proxy_h200}" run.dir=/tmp/fabric > "$OUT/fabric.txt" 2>&1
+      log "fabric rc=$?"; cp /tmp/fabric/fabric.json "$OUT/" 2>/dev/null ;;
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"
