@@ -125,17 +125,18 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
     profile)
       # $arg: presets to train with profile=on (names from run_presets.py, or NAME:OVERRIDE+OVERRIDE). The first
       # one is also trained untraced (PROFILE_BASELINE= for none, or another name): the overhead reference.
-      # PRESETS_EXPERIMENT=smoke rehearses the phase on a CPU machine.
-      base=${PROFILE_BASELINE-${arg%%,*}}
-      timeout -s INT "$(bound "${PROFILE_TIMEOUT:-560}")" python3 benchmarks/run_presets.py --out /tmp/profile --presets "$arg" \
+      # PRESETS_EXPERIMENT=smoke rehearses the phase on a CPU machine. PROFILE_DIR: another folder (one per experiment:
+      # the runs' folders are named after the presets, so a second experiment in the same folder finds them taken).
+      base=${PROFILE_BASELINE-${arg%%,*}}; prof=${PROFILE_DIR:-/tmp/profile}
+      timeout -s INT "$(bound "${PROFILE_TIMEOUT:-560}")" python3 benchmarks/run_presets.py --out "$prof" --presets "$arg" \
         --profile ${base:+--baseline "$base"} --steps ${STEPS:-10} --timeout-s ${PRESET_TIMEOUT_S:-300} \
         ${PRESETS_EXPERIMENT:+--experiment "$PRESETS_EXPERIMENT"} > "$OUT/profile.txt" 2>&1; log "profile rc=$?"
-      cp /tmp/profile/presets.json "$OUT/profiles.json" 2>/dev/null
-      for f in /tmp/profile/*/profile.json; do [ -f "$f" ] && cp "$f" "$OUT/profile_$(basename "$(dirname "$f")").json"; done
+      cp "$prof/presets.json" "$OUT/profiles.json" 2>/dev/null
+      for f in "$prof"/*/profile.json; do [ -f "$f" ] && cp "$f" "$OUT/profile_$(basename "$(dirname "$f")").json"; done
       # Small files only: the raw traces and HLO dumps (profile/) and TensorBoard events stay on the machine.
-      tar czf "$OUT/profile_runs.tgz" -C /tmp --exclude='*/profile/trace' --exclude='*/profile/hlo' \
-        --exclude='*/tensorboard' profile 2>/dev/null
-      du -sh /tmp/profile/*/profile/* >> "$OUT/profile.txt" 2>&1 ;;
+      tar czf "$OUT/profile_runs.tgz" -C "$(dirname "$prof")" --exclude='*/profile/trace' --exclude='*/profile/hlo' \
+        --exclude='*/tensorboard' "$(basename "$prof")" 2>/dev/null
+      du -sh "$prof"/*/profile/* >> "$OUT/profile.txt" 2>&1 ;;
     portability)
       # $arg: FAMILIES[/ROWS]: families of benchmarks/run_portability.py (qwen3,mixtral,...) and the rows of
       # run_presets.py to train (default $PORTABILITY_ROWS or dense,tokamax; the first is the baseline; "qwen3/"
