@@ -122,17 +122,17 @@ def run(out: Path, families: list[str], rows: dict, steps: int, timeout_s: float
     return path
 
 
-def table(results: dict) -> str:
+def table(results: dict, device: str = run_presets.DEVICE) -> str:
     first = next((r for fam in results.values() for r in fam["presets"].values() if r.get("versions")), {})
     v = first.get("versions") or {}
     te = run_presets.te_version(r for fam in results.values() for r in fam["presets"].values())
     te_note = f", transformer-engine {te} (in the runs of the rows that need it)" if te else ""
     lines = [
-        f"Measured {first.get('date', '?')} on one NVIDIA H200 (hardware=h200), `moekit train experiment=<proxy>` "
+        f"Measured {first.get('date', '?')} on one {device} (hardware=h200), `moekit train experiment=<proxy>` "
         f"+ the row's overrides, one benchmark run per family (benchmarks/run_portability.py); versions: python "
         f"{v.get('python')}, jax {v.get('jax')}, maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit "
         f"{v.get('moekit')}{te_note}. s/step and TFLOP/s/device: median over the steady steps (docs/metrics.md); "
-        "TFLOP/s is MaxText's count; MFU against 989 dense BF16 TFLOP/s (H200 datasheet). Speed-up: the row's "
+        f"TFLOP/s is MaxText's count; {run_presets.peak_note(device)}. Speed-up: the row's "
         "tokens/s/device over the family's baseline row's, only at the same tokens per step. Loss check: every step "
         f"within {run_presets.tuning.RTOL:g} relative of the baseline row.",
         "",
@@ -174,11 +174,11 @@ def merge(parts: list[dict]) -> dict:
     return results
 
 
-def record(paths: list[Path], doc: Path, section: str = "") -> None:
+def record(paths: list[Path], doc: Path, section: str = "", device: str = run_presets.DEVICE) -> None:
     """The merged table of `paths` into the doc's portability section (or the named one of its own)."""
     results = merge([json.loads(p.read_text()) for p in paths])
     marks = run_presets.markers(section, "portability", "run_portability.py")
-    doc.write_text(run_presets._fill(doc.read_text(), *marks, table(results), doc))
+    doc.write_text(run_presets._fill(doc.read_text(), *marks, table(results, device), doc))
 
 
 def main() -> int:
@@ -195,9 +195,10 @@ def main() -> int:
     p.add_argument("--record", type=Path, nargs="+", help="portability.json file(s) to render into --doc")
     p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
     p.add_argument("--section", default="", help="with --record: fill the table of this name, not the main one")
+    p.add_argument("--device", default=run_presets.DEVICE, help="with --record: the card the rows ran on")
     a = p.parse_args()
     if a.record:
-        record(a.record, a.doc, a.section)
+        record(a.record, a.doc, a.section, a.device)
         return 0
     families = [f for f in a.families.split(",") if f]
     unknown = [f for f in families if f not in FAMILIES] + [

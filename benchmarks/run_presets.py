@@ -284,20 +284,34 @@ def te_version(rows) -> str | None:
     )
 
 
-def table(results: dict) -> str:
+# The card a batch ran on (run.sh's steps.log names it: `nvidia-smi`'s name) -> the datasheet of its dense BF16
+# peak. H100 SXM and H200 share the peak (989 TFLOP/s dense BF16); they differ in memory (80 vs 141 GB) and its
+# bandwidth (3.35 vs 4.8 TB/s), so rows of the two cards are never compared with each other.
+DEVICE = "NVIDIA H200"
+DATASHEETS = {"NVIDIA H200": "H200 datasheet", "NVIDIA H100 80GB HBM3": "H100 SXM datasheet"}
+
+
+def peak_note(device: str) -> str:
+    """The MFU sentence's peak and its source for the card the rows ran on."""
+    if device not in DATASHEETS:
+        raise SystemExit(f"--device {device!r}: one of {', '.join(DATASHEETS)} (its dense BF16 peak is needed)")
+    return f"MFU against 989 dense BF16 TFLOP/s ({DATASHEETS[device]})"
+
+
+def table(results: dict, device: str = DEVICE) -> str:
     presets = results["presets"]
     any_ok = next((r for r in presets.values() if r.get("versions")), {})
     v = any_ok.get("versions") or {}
     te = te_version(presets.values())
     checks = loss_checks(results)
     lines = [
-        f"Measured {any_ok.get('date', '?')} on one {v.get('platform', '?')} host with one NVIDIA H200 "
+        f"Measured {any_ok.get('date', '?')} on one {v.get('platform', '?')} host with one {device} "
         f"(hardware=h200), `moekit train experiment={results['experiment']}` + the preset's overrides; "
         f"versions: python {v.get('python')}, jax {v.get('jax')}, jaxlib {v.get('jaxlib')}, flax {v.get('flax')}, "
         f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}"
         f"{f', transformer-engine {te} (in the runs of the rows that need it)' if te else ''}. s/step, TFLOP/s and "
         "tokens/s: median over the steady steps (moekit's summary, docs/metrics.md); TFLOP/s is MaxText's count; "
-        "MFU against 989 dense BF16 TFLOP/s (H200 datasheet). Peak memory: the allocator's peak_bytes_in_use; "
+        f"{peak_note(device)}. Peak memory: the allocator's peak_bytes_in_use; "
         "estimate: MaxText's compile-time total. "
         f"Loss check: every step within {tuning.RTOL:g} relative of `{results['reference']}`.",
         "",
@@ -325,23 +339,34 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def profile_table(results: dict) -> str:
-    """The profiled presets' mean traced step: ms per bucket (share), idle, communication shares, overhead."""
+def profile_table(results: dict | list[dict], device: str = DEVICE) -> str:
+    """The profiled presets' mean traced step: ms per bucket (share), idle, communication shares, overhead. Several
+    results (one per experiment: a family's breakdown each) make one table whose rows name their experiment."""
     from moekit.observe.profile_rules import BUCKETS
 
-    profiled = {n: r for n, r in results["presets"].items() if (r.get("profile") or {}).get("buckets_ms")}
+    runs = results if isinstance(results, list) else [results]
+    several = len(runs) > 1
+    profiled = {
+        (f"{res['experiment']}: {n}" if several else n): r
+        for res in runs
+        for n, r in res["presets"].items()
+        if (r.get("profile") or {}).get("buckets_ms")
+    }
     if not profiled:
         return ""
     used = [(b, label) for b, label, _ in BUCKETS if any(r["profile"]["buckets_ms"].get(b) for r in profiled.values())]
     any_ok = next(iter(profiled.values()))
     v = any_ok.get("versions") or {}
+    what = "<proxy>" if several else runs[0]["experiment"]
     lines = [
-        f"Measured {any_ok.get('date', '?')} with hardware={any_ok['profile'].get('hardware')} "
+        f"Measured {any_ok.get('date', '?')} on one {device} with hardware={any_ok['profile'].get('hardware')} "
         f"({(any_ok.get('versions') or {}).get('host', '?')}), `moekit train "
-        f"experiment={results['experiment']} profile=on` + the preset's overrides (jax {v.get('jax')}, maxtext "
-        f"{v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}): the mean traced step over the "
-        "run's traced steps, from its profile.json (docs/profiling.md). ms (share of the step). Overhead: median of "
-        "the profiled run's untraced steady steps against the untraced baseline run's median, same batch.",
+        f"experiment={what} profile=on` + the preset's overrides (jax {v.get('jax')}, maxtext "
+        f"{v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}"
+        f"{', transformer-engine ' + v['transformer-engine'] if v.get('transformer-engine') else ''}): the mean "
+        "traced step over the run's traced steps, from its profile.json (docs/profiling.md). ms (share of the step). "
+        "Overhead: median of the profiled run's untraced steady steps against the untraced baseline run's median, "
+        "same batch.",
         "",
         "| preset | traced step ms | " + " | ".join(label for _, label in used) + " | idle | comm share of kernel time "
         "| comm hidden | overhead | segmentation |",
@@ -392,15 +417,21 @@ def markers(section: str = "", kind: str = "presets", script: str = "run_presets
     return f"<!-- BEGIN {name} (benchmarks/{script} --record{flag}) -->", f"<!-- END {name} -->"
 
 
-def record(results_paths: list[Path], doc: Path, section: str = "") -> None:
-    """The presets table, or (for results of --profile runs) the breakdown table, into its section of `doc`."""
-    results = merged(results_paths)
+def record(results_paths: list[Path], doc: Path, section: str = "", device: str = DEVICE) -> None:
+    """The presets table, or (for results of --profile runs) the breakdown table, into its section of `doc`. A
+    breakdown section of its own takes the results of several experiments (one row each)."""
     text = doc.read_text()
-    profiles = profile_table(results)
+    if section:
+        runs = [json.loads(p.read_text()) for p in results_paths]
+        if all(profile_table(r) for r in runs):
+            doc.write_text(_fill(text, *markers(section, "profile"), profile_table(runs, device), doc))
+            return
+    results = merged(results_paths)
+    profiles = profile_table(results, device)
     if profiles:
         doc.write_text(_fill(text, PROFILE_BEGIN, PROFILE_END, profiles, doc))
     else:
-        doc.write_text(_fill(text, *markers(section), table(results), doc))
+        doc.write_text(_fill(text, *markers(section), table(results, device), doc))
 
 
 def main() -> int:
@@ -420,9 +451,10 @@ def main() -> int:
     p.add_argument("--record", type=Path, nargs="+", help="presets.json file(s) of one session to render into --doc")
     p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
     p.add_argument("--section", default="", help="with --record: fill the presets table of this name, not the main one")
+    p.add_argument("--device", default=DEVICE, help=f"with --record: the card ({", ".join(DATASHEETS)})")
     a = p.parse_args()
     if a.record:
-        record(a.record, a.doc, a.section)
+        record(a.record, a.doc, a.section, a.device)
         return 0
     if not a.out:
         p.error("--out is required to run")
