@@ -13,11 +13,11 @@ from typing import Any
 from moekit.base import failures
 from moekit.config import sweeps
 from moekit.config.schema import Config
-from moekit.observe import compare
+from moekit.observe.reports import compare
 
 OUT_OF_MEMORY = "out_of_memory"  # the failures class a trial reports as status oom
 
-# The loss gate's tolerance (the rule itself is observe.compare's).
+# The loss gate's tolerance (the rule itself is observe.reports.compare's).
 RTOL, ATOL = compare.TUNE.rtol, compare.TUNE.atol
 
 
