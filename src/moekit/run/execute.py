@@ -297,7 +297,11 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         print(summary.format_summary(stats, cfg.hardware.name, cfg.hardware.peak_source))
     if cfg.profile.enabled:
         first = cfg.profile.skip_steps + (0 if resume_step is None else resume_step + 1)  # MaxText's start step
-        print(profile.report_run(run, first, cfg.profile.steps, record.provenance, stats.get("counted_steps")))
+        print(
+            profile.report_run(
+                run, first, cfg.profile.steps, record.provenance, stats.get("counted_steps"), stats.get("paired", ())
+            )
+        )
     if failure is None:
         print(f"moekit: run directory {run}")
         return 0

@@ -72,12 +72,13 @@ def summarize(
     steps = [steady.Step(s, float(r[STEP_TIME]), _attempt_of(r, starts, last)) for s, r in by_step.items()]
     verdict = steady.judge(steps, events, checkpoint_every)
     left_out = verdict.left_out
-    counted = [r for s, r in by_step.items() if s not in left_out]
+    counted = [r for s, r in _paired(by_step, verdict.pairs).items() if s not in left_out]
     out: dict[str, Any] = {
         "steps": len(m.rows),
         "steady_steps": len(counted),
         "counted_steps": [int(r["step"]) for r in counted],
         "excluded": [{"step": s, "reason": why} for s, why in left_out.items()],
+        "paired": [[r, n] for r, n in verdict.pairs.items()],
         "exclusion_reasons": {why: REASONS[why] for why in dict.fromkeys(left_out.values())},
         "evidence": {str(a): e for a, e in sorted(verdict.evidence.items())},
         "attempts": len(verdict.evidence),
@@ -106,6 +107,21 @@ def summarize(
         "tokens_per_s_per_device": statistics.median(tok) if tok else None,
         "mfu": {k: (med_tf / p if (med_tf is not None and p) else None) for k, p in peaks.items()},
     }
+    return out
+
+
+def _paired(by_step: dict[int, dict], pairs: Mapping[int, int]) -> dict[int, dict]:
+    """Records with each pair (a refill step, and the step after it that did its work) counted where the work was
+    done: both at the pair's mean time, their rates the pair's work over the pair's time."""
+    out = dict(by_step)
+    for r, n in pairs.items():
+        a, b = by_step[r], by_step[n]
+        seconds = float(a[STEP_TIME]) + float(b[STEP_TIME])
+        both = {STEP_TIME: seconds / 2}
+        for key in (TOKENS, TFLOPS):
+            if key in a and key in b and seconds > 0:
+                both[key] = (float(a[key]) * float(a[STEP_TIME]) + float(b[key]) * float(b[STEP_TIME])) / seconds
+        out[r], out[n] = a | both, b | both
     return out
 
 
