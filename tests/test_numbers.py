@@ -156,3 +156,53 @@ def test_a_refill_and_the_step_that_did_its_work_count_as_one_pair():
     spread = plain["step_time_s"]["stdev"] / plain["step_time_s"]["median"]
     assert abs(steady_rate / plain["tokens_per_s_per_device"] - 1) <= 2 * spread
     assert "pipeline refill" not in summary.excluded_text(s)
+
+
+def test_a_checkpoint_saved_before_the_signal_is_not_claimed_as_saved_after_it():
+    """The issue's SIGINT record: the checkpoint was committed 2.4 s before the signal; the record says so."""
+    import signal as sig
+
+    from moekit.run import preemption
+
+    notice = preemption.Notice()
+    notice.signum, notice.at, notice.wall = sig.SIGINT, 50.0, 1000.0
+    before = preemption.stop(notice, 51.0, 7, None, 6, save_began=997.6)
+    assert before.saved and not before.saved_after_signal and before.to_dict()["checkpoint_saved_after_signal"] is False
+    assert "checkpoint of step 6 saved 2.4 s before the signal, none after it" in before.failure(130).evidence
+    after = preemption.stop(notice, 51.0, 7, None, 7, save_began=1000.5)
+    assert after.saved_after_signal and "checkpoint of step 7 saved after the signal" in after.failure(130).evidence
+
+
+def test_a_stop_after_the_last_step_leaves_a_finished_run():
+    from moekit.run import preemption
+
+    stop = preemption.Stop("moekit received SIGTERM", 0.4, 9, 9, True)
+    assert preemption.after_the_last_step(stop, last_step=9, planned_steps=10)
+    assert not preemption.after_the_last_step(stop, last_step=8, planned_steps=10)
+    assert not preemption.after_the_last_step(None, last_step=9, planned_steps=10)
+
+
+def test_steps_that_never_ran_are_not_missing():
+    from moekit.observe.runs import metrics, summary
+
+    def summarized(steps):
+        return summary.summarize(
+            metrics.Metrics([{"step": s, summary.STEP_TIME: 1.0} for s in steps]), {}, 0, planned_steps=10
+        )
+
+    stopped = summarized(range(5))  # preempted after step 4: steps 5-9 never ran
+    assert stopped["missing_steps"] == [] and stopped["steps_not_run"] == [5, 6, 7, 8, 9]
+    gap = summarized([0, 1, 3, 4, 5, 6, 7, 8, 9])  # step 2 ran (3 did) but left no record
+    assert gap["missing_steps"] == [2] and gap["steps_not_run"] == []
+    text = summary.format_summary(stopped, "cpu", "no peak")
+    assert "not run          steps 5-9" in text and "no record" not in text
+
+
+def test_a_summary_keeps_every_attempt_wall_time():
+    from moekit.rundir import records
+
+    s = records.Summary(wall_s=30.5, wall_s_attempts=[12.0, None, 18.5], stats={"steps": 3})
+    back = records.Summary.from_dict(s.to_dict())
+    assert back.wall_s == 30.5 and back.wall_s_attempts == [12.0, None, 18.5] and back.stats == {"steps": 3}
+    m = records.Manifest(status="ok", ended="x", wall_s=18.5, host_load={"others_share": 0.1})
+    assert records.Manifest.from_dict(m.to_dict()).host_load == {"others_share": 0.1}

@@ -64,7 +64,7 @@ def status(r: Run) -> str:
         return "ok"
     failure = (m.failure or {}).get("class")
     if state == "ok":
-        missing = r.summary.get("missing_steps") or sorted(set(range(planned)) - recorded)
+        missing = sorted(set(range(planned)) - recorded)  # no record, or never ran
         return f"ok, no record of step(s) {summary.ranges(missing)}{partial}"
     return f"{state}{': ' + failure if failure else ''}{partial}"
 

@@ -56,15 +56,25 @@ def summarize(
     planned_steps: int | None = None,
 ) -> dict[str, Any]:
     """Medians over the steady steps (none when fewer than steady.MIN_STEADY), each left-out step with its reason,
-    the steps that paid a save apart, and the steps the records miss.
+    the steps that paid a save apart, the steps the records miss (they ran: a later one did) and the steps that
+    never ran (after the last record, up to `planned_steps`).
 
     `events`: attempt number -> that attempt's events (observe/runs/events.per_attempt); `planned_steps`: train.steps.
     """
     rows = [r for r in m.rows if STEP_TIME in r]
     recorded = sorted(int(r["step"]) for r in m.rows)
-    missing = sorted(set(range(planned_steps)) - set(recorded)) if planned_steps else []
+    # A step the records miss ran (a later step did) but left no record; a step after the last record never ran.
+    ran = range(recorded[-1] + 1) if recorded else range(0)
+    missing = sorted(set(ran) - set(recorded))
+    not_run = list(range(len(ran), planned_steps or 0))
     if not rows:
-        return {"steps": len(m.rows), "steady_steps": 0, "excluded": [], "missing_steps": missing}
+        return {
+            "steps": len(m.rows),
+            "steady_steps": 0,
+            "excluded": [],
+            "missing_steps": missing,
+            "steps_not_run": not_run,
+        }
     events = events or {}
     last = max(events, default=1)
     starts = sorted(attempt_starts)
@@ -83,6 +93,7 @@ def summarize(
         "evidence": {str(a): e for a, e in sorted(verdict.evidence.items())},
         "attempts": len(verdict.evidence),
         "missing_steps": missing,
+        "steps_not_run": not_run,
         "step_time_s": None,
         "tflops_per_device": None,
         "tokens_per_s_per_device": None,
@@ -201,6 +212,8 @@ def format_summary(s: dict[str, Any], hardware: str, peak_source: str) -> str:
         )
     if s.get("missing_steps"):
         lines.append(f"no record        steps {ranges(s['missing_steps'])}")
+    if s.get("steps_not_run"):
+        lines.append(f"not run          steps {ranges(s['steps_not_run'])}")
     if s.get("note"):
         lines.append(f"note             {s['note']}")
     lines.append(f"final loss       {_num(s.get('final_loss'), '.4f')}")
