@@ -206,3 +206,24 @@ def test_a_summary_keeps_every_attempt_wall_time():
     assert back.wall_s == 30.5 and back.wall_s_attempts == [12.0, None, 18.5] and back.stats == {"steps": 3}
     m = records.Manifest(status="ok", ended="x", wall_s=18.5, host_load={"others_share": 0.1})
     assert records.Manifest.from_dict(m.to_dict()).host_load == {"others_share": 0.1}
+
+
+def test_the_tune_table_prints_cpu_figures_and_the_comparison_rule():
+    """tune on CPU printed TFLOP/s as 0.0; a candidate within its reference's spread shows no speed-up."""
+    from moekit.commands import tune
+
+    ref = {"role": "reference", "overrides": ["experiment=smoke"], "status": "ok", "step_time_s": 0.0943,
+           "tflops_per_device": 0.00412, "tokens_per_s_per_device": 2726.4, "spread": 0.05, "others_share": 0.1,
+           "accepted": True}  # fmt: skip
+    cand = ref | {"role": "candidate", "overrides": ["moe=dense"], "tokens_per_s_per_device": 2800.0}
+    cand["vs_reference"] = _versus(ref, cand)
+    table = tune.format_table([ref, cand])
+    assert "| 0.0943 | 0.00412 | 2726 | - |" in table and "| 0.0 |" not in table
+    assert "n/a (within the runs' own spread (±5%); ratio 1.03)" in table
+
+
+def _versus(ref, cand):
+    from conftest import compose
+    from moekit.series import tuning
+
+    return tuning.versus(compose("smoke"), ref, cand).text()
