@@ -227,3 +227,27 @@ def _versus(ref, cand):
     from moekit.series import tuning
 
     return tuning.versus(compose("smoke"), ref, cand).text()
+
+
+@pytest.mark.integration
+def test_a_sigterm_after_the_last_step_leaves_a_finished_run(tmp_path):
+    """Real CPU run: SIGTERM to moekit once the last step is recorded. The run is finished (status ok, exit 0), its
+    manifest says when the stop came, and no step is missing or unrun."""
+    import json
+    import os
+    import signal as sig
+
+    from conftest import recorded_steps, start_moekit, wait_until
+
+    run, steps = tmp_path / "run", 3
+    command = ["train", "experiment=smoke", "precision=fp32", f"train.steps={steps}", "checkpoint.every=1000"]
+    proc = start_moekit(command, run)
+    wait_until(proc, lambda: max(recorded_steps(run / "metrics.jsonl"), default=-1) >= steps - 1, "the last step")
+    os.kill(proc.pid, sig.SIGTERM)
+    out, _ = proc.communicate(timeout=300)
+    manifest = json.loads((run / "manifest.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
+    assert proc.returncode == 0 and manifest["status"] == "ok" and manifest["failure"] is None, out[-3000:]
+    assert (manifest["preemption"] or {}).get("after_the_last_step"), manifest  # the record says when it came
+    assert "came after the last step: the run is finished" in out
+    assert summary["missing_steps"] == [] and summary["steps_not_run"] == [], summary
