@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from moekit.config.load import load  # noqa: E402
 from moekit.config.sweeps import expand  # noqa: E402
-from moekit.observe import compare, loss_gap  # noqa: E402
+from moekit.observe.reports import compare, loss_gap  # noqa: E402
 from moekit.series import trial, tuning  # noqa: E402
 
 EXPERIMENT = "dsv3_proxy_h200"
@@ -342,7 +342,7 @@ def table(results: dict, device: str = DEVICE) -> str:
 def profile_table(results: dict | list[dict], device: str = DEVICE) -> str:
     """The profiled presets' mean traced step: ms per bucket (share), idle, communication shares, overhead. Several
     results (one per experiment: a family's breakdown each) make one table whose rows name their experiment."""
-    from moekit.observe.profile_rules import BUCKETS
+    from moekit.observe.profiles.profile_rules import BUCKETS
 
     runs = results if isinstance(results, list) else [results]
     several = len(runs) > 1

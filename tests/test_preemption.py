@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port, live_workers, moekit, recorded_steps, start_moekit, wait_until
-from moekit.observe import events
+from moekit.observe.runs import events
 from moekit.run import preemption, watchdog
 
 STEPS = 20
@@ -102,6 +102,7 @@ def test_a_stop_record_counts_the_steps_lost():
         "last_step": 8,
         "checkpoint_step": 8,
         "checkpoint_saved": True,
+        "checkpoint_saved_after_signal": True,
         "steps_lost": 0,
     }
     assert rec.failure(143).name == "preempted"
@@ -167,6 +168,12 @@ def test_sigterm_saves_at_the_next_step_and_the_relaunch_resumes_there(preempted
     assert merged == list(range(STEPS)), merged
     summary = json.loads((run / "summary.json").read_text())
     assert summary["missing_steps"] == [] and summary["attempts"] == 2, summary
+    # The run's wall time is every attempt's (each kept in its entry), and each attempt recorded the host's load.
+    walls = summary["wall_s_attempts"]
+    assert walls == [a["wall_s"] for a in manifest["attempts"]] and all(w > 0 for w in walls), walls
+    assert summary["wall_s"] == pytest.approx(sum(walls), abs=0.02)
+    assert all(a["host_load"]["samples"] >= 2 for a in manifest["attempts"]), manifest["attempts"]
+    assert record["checkpoint_saved_after_signal"], record  # the save answered the signal
 
 
 @pytest.mark.integration

@@ -8,7 +8,7 @@ Each sweep gets a new folder, <--out>/<name>/<timestamp>, with one run directory
 Candidates are the Cartesian product of the --axis options plus each --candidate, every one on top of the
 positional overrides (the base, which always runs too). A run that goes out of memory, fails or times out
 is discarded; so is one whose loss trajectory leaves the reference's (the base plus --reference, trained
-on the same tokens per step) by more than moekit.observe.compare.TUNE. The fastest remaining one by tokens/s per
+on the same tokens per step) by more than moekit.observe.reports.compare.TUNE. The fastest remaining one by tokens/s per
 device is written as conf/experiment/<name>.yaml with its measured numbers and their provenance.
 """
 
@@ -25,11 +25,12 @@ import yaml
 
 from moekit import rundir
 from moekit.base.errors import ConfigError, MoekitError
+from moekit.base.figures import significant
 from moekit.config import formats
 from moekit.config.compose import GROUPS, config_dir
 from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.observe import compare
+from moekit.observe.reports import comparable, compare
 from moekit.series import trial, tuning
 
 HELP = "sweep configurations through moekit train, discard OOM/diverging ones, write the fastest as a preset"
@@ -85,14 +86,19 @@ def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], Config, bool]
             ref_configs[batch] = load(ref, warn=False)
         except ConfigError as exc:
             bad.append(f"  reference {tuning.label(ref)}:\n    {exc}")
-    base_model = candidates[0][1].model if candidates and candidates[0][0] == args.overrides else None
-    for ov, cfg in candidates:
-        if base_model is not None and cfg.model != base_model:  # a smaller model would always "win"
-            changed = sorted(k for k in type(cfg.model).model_fields if getattr(cfg.model, k) != getattr(base_model, k))
+    for ov, cfg in candidates:  # each against the reference it is judged by (observe.reports.comparable's rule)
+        ref_cfg = ref_configs.get(tuning.batch_key(cfg))
+        why = ref_cfg and comparable.differs(tuning.setup(ref_cfg), tuning.setup(cfg))
+        if why == "another model":  # a smaller model would always "win"
+            changed = sorted(
+                k for k in type(cfg.model).model_fields if getattr(cfg.model, k) != getattr(ref_cfg.model, k)
+            )
             bad.append(
                 f"  {tuning.label(ov)}: changes the model ({', '.join(f'model.{k}' for k in changed)}); tune ranks "
                 "configurations of one model by tokens/s, another model's throughput is not comparable"
             )
+        elif why:
+            bad.append(f"  {tuning.label(ov)}: {why} than its reference; tune compares runs of one setup")
     if bad:
         raise ConfigError("these sweep configurations are invalid; nothing was launched:\n" + "\n".join(bad))
     return [(ov, cfg, cfg == ref_configs[tuning.batch_key(cfg)]) for ov, cfg in candidates], references
@@ -154,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
                     ok, diff, bad = compare.compare_losses(ref.get("losses", []), r.get("losses", []))
                     r["check"] = f"loss max diff {diff:.2e}" + ("" if ok else f", beyond tolerance at step {bad}")
                     r["accepted"] = ok
+                r["vs_reference"] = tuning.versus(cfg, ref, r).text()
         runs.append(r)
         save()
     print(format_table(runs))
@@ -175,7 +182,8 @@ def run(args: argparse.Namespace) -> int:
     preset.write_text(text)
     print(
         f"moekit tune: fastest: {tuning.label(best['overrides'])} "
-        f"({best['tokens_per_s_per_device']:.0f} tokens/s/device); preset in {preset}"
+        f"({significant(best['tokens_per_s_per_device'])} tokens/s/device; against its reference: "
+        f"{best.get('vs_reference', 'n/a (it is the reference)')}); preset in {preset}"
     )
     if args.write_preset:
         rundir.write_atomic(target, text)
@@ -232,21 +240,21 @@ def format_failures(runs: list[dict[str, Any]]) -> str:
 
 
 def format_table(runs: list[dict[str, Any]]) -> str:
-    """Every run as a markdown table row: role, overrides, status, speed, memory and the loss check."""
+    """Every run as a markdown table row: role, overrides, status, speed (figures with significant digits; a
+    candidate's speed against its reference by observe.reports.comparable), memory and the loss check."""
     lines = [
-        "| role | overrides | status | why | s/step | TFLOP/s/dev | tokens/s/dev | peak GiB | check | accepted |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| role | overrides | status | why | s/step | TFLOP/s/dev | tokens/s/dev | vs reference | peak GiB | check "
+        "| accepted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-
-    def f(x: Any, fmt: str) -> str:
-        return "-" if x is None else format(x, fmt)
 
     for r in runs:
         lines.append(
             f"| {r['role']} | `{tuning.label(r['overrides'])}` | {r['status']} | {_why(r)} "
-            f"| {f(r.get('step_time_s'), '.3f')} "
-            f"| {f(r.get('tflops_per_device'), '.1f')} | {f(r.get('tokens_per_s_per_device'), '.0f')} "
-            f"| {f(r.get('peak_memory_gib'), '.1f')} | {r.get('check', '-')} | {'yes' if r.get('accepted') else 'no'} |"
+            f"| {significant(r.get('step_time_s'))} "
+            f"| {significant(r.get('tflops_per_device'))} | {significant(r.get('tokens_per_s_per_device'))} "
+            f"| {r.get('vs_reference', '-')} | {significant(r.get('peak_memory_gib'))} | {r.get('check', '-')} "
+            f"| {'yes' if r.get('accepted') else 'no'} |"
         )
     return "\n".join(lines)
 

@@ -28,10 +28,11 @@ from moekit import rundir
 from moekit.base import console, failures, redact
 from moekit.base.versions import versions
 from moekit.config.schema import Config
-from moekit.observe import events, metrics, profile, progress, summary
+from moekit.observe.profiles import profile
+from moekit.observe.runs import events, metrics, progress, summary
 from moekit.preflight import host as preflight
 from moekit.prepare import corpus
-from moekit.run import checkpoints, compiling, launch, preemption, view, watchdog
+from moekit.run import checkpoints, compiling, host_load, launch, preemption, view, watchdog
 from moekit.rundir import attempts, records
 from moekit.translate import job as jobmod
 from moekit.translate import rendezvous as rz
@@ -224,7 +225,9 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         outcome = launch.Outcome([0] * len(specs), None, 0.0, ended_at=time.monotonic())
         notice = preemption.Notice(saves=False)
     else:
-        outcome, notice = _launch(ctx, specs)
+        with host_load.Sampler().running() as load:
+            outcome, notice = _launch(ctx, specs)
+        manifest.host_load = load.result
 
     unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
     # This attempt's own records, before they join the earlier ones: those of this launcher's first process (a
@@ -233,8 +236,28 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     last = preemption.last_step(own)
     _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
     saved = attempts.latest_checkpoint(ctx.root, cfg.run_name)
+    began = [
+        start
+        for kind, start, _, step in events.read(run / events.FILE).intervals
+        if kind == events.SAVE and step == saved
+    ]
     with _log_lines(specs[0].log, outcome, 0) as lines:
-        stopped = preemption.stop(notice, outcome.ended_at, last, resume_step, saved, lines)
+        stopped = preemption.stop(notice, outcome.ended_at, last, resume_step, saved, lines, max(began, default=None))
+    late = None  # a stop that came after every step had run: the run is finished, and says when the stop came
+    if preemption.after_the_last_step(stopped, last, cfg.train.steps):
+        late = stopped.to_dict() | {"after_the_last_step": True}
+        stopped = None
+        print(
+            f"moekit: {late['signal'].removeprefix('moekit received ')} came after the last step: the run is finished",
+            flush=True,
+        )
+    # A worker ended by the stop that came after its last step did not crash.
+    by_stop = (
+        late is not None
+        and outcome.failed_rank is not None
+        and outcome.returncodes[outcome.failed_rank]
+        in (-signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGINT)
+    )
 
     def crashed(rank: int) -> failures.Failure:
         with _log_lines(specs[rank].log, outcome, rank) as lines:  # the whole log: a full disk may be far up
@@ -243,7 +266,7 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     failure = failures.attempt(
         stopped.failure(128 + (notice.signum or signal.SIGTERM)) if stopped is not None else None,
         watchdog.failure(outcome.hang, outcome.stacks, 128 + signal.SIGKILL) if outcome.hang is not None else None,
-        (lambda: crashed(outcome.failed_rank)) if outcome.failed_rank is not None else None,
+        (lambda: crashed(outcome.failed_rank)) if outcome.failed_rank is not None and not by_stop else None,
     )
 
     stats: dict[str, Any] = {}
@@ -265,6 +288,8 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
             )
             or {}
         )
+    manifest.wall_s = round(outcome.wall_s, 2)
+    walls = [*(a.get("wall_s") for a in history), manifest.wall_s]  # each attempt's; None: it recorded none
     record = records.Summary(
         experiment=cfg.experiment_name,
         run_dir=str(run),
@@ -279,11 +304,12 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         },
         peak_tflops=cfg.hardware.peak_tflops.model_dump(),
         peak_source=cfg.hardware.peak_source,
-        wall_s=round(outcome.wall_s, 2),
+        wall_s=round(sum(w for w in walls if w is not None), 2),
+        wall_s_attempts=walls,
         stats=stats,
     )
     _survive(unrecorded, rundir.SUMMARY, records.write_summary, run, record)
-    _record_outcome(manifest, outcome, failure, unrecorded, stopped)
+    _record_outcome(manifest, outcome, failure, unrecorded, stopped, late)
     _survive(unrecorded, rundir.MANIFEST, records.write_manifest, run, manifest)
     for problem in [e for e in outcome.log_errors if e] + unrecorded:
         print(f"moekit: warning: {problem}", file=sys.stderr)
@@ -291,7 +317,11 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         print(summary.format_summary(stats, cfg.hardware.name, cfg.hardware.peak_source))
     if cfg.profile.enabled:
         first = cfg.profile.skip_steps + (0 if resume_step is None else resume_step + 1)  # MaxText's start step
-        print(profile.report_run(run, first, cfg.profile.steps, record.provenance, stats.get("counted_steps")))
+        print(
+            profile.report_run(
+                run, first, cfg.profile.steps, record.provenance, stats.get("counted_steps"), stats.get("paired", ())
+            )
+        )
     if failure is None:
         print(f"moekit: run directory {run}")
         return 0
@@ -309,14 +339,16 @@ def _record_outcome(
     failure: failures.Failure | None,
     unrecorded: list[str],
     stopped: preemption.Stop | None = None,
+    late: dict[str, Any] | None = None,
 ) -> None:
-    """Turn the running manifest into the finished one: status, exit codes, failure, and this attempt's entry."""
+    """Turn the running manifest into the finished one: status, exit codes, failure, and this attempt's entry
+    (`late`: the record of a stop that came after the last step, kept on a finished run)."""
     manifest.status = records.OK if failure is None else records.PREEMPTED if stopped else records.FAILED
     manifest.ended = datetime.now(UTC).isoformat()
     manifest.returncodes = outcome.returncodes
     manifest.failed_rank = outcome.failed_rank
     manifest.failure = failure.to_dict() if failure else None
-    manifest.preemption = stopped.to_dict() if stopped is not None else None
+    manifest.preemption = stopped.to_dict() if stopped is not None else late
     if any(outcome.log_errors) or unrecorded:
         manifest.incomplete = [e for e in outcome.log_errors if e] + unrecorded
     kept = (*records.Manifest._OUTCOME, "preemption", "incomplete")

@@ -37,13 +37,15 @@ class Notice:
         self.signum: int | None = None
         self.at: float | None = None
         """time.monotonic() of the first signal."""
+        self.wall: float | None = None
+        """time.time() of the first signal (the clock the run's events use)."""
         self.hard = False
         """A second SIGINT: stop the workers now."""
         self._old: dict[int, object] = {}
 
     def _handle(self, signum: int, _frame: object) -> None:
         if self.signum is None:
-            self.signum, self.at = signum, time.monotonic()
+            self.signum, self.at, self.wall = signum, time.monotonic(), time.time()
             what = "save a checkpoint at the next step and stop" if self.saves else "stop (no checkpoints to save)"
             again = " (Ctrl-C again to stop them now)" if signum == signal.SIGINT and self.saves else ""
             print(f"\nmoekit: got {signal.Signals(signum).name}: the workers {what}{again}", flush=True)
@@ -78,7 +80,15 @@ class Stop:
     checkpoint_step: int | None
     """The newest committed checkpoint after the attempt (the next attempt resumes after it)."""
     saved: bool
-    """Whether this attempt wrote that checkpoint after the signal (vs. an older one, or none)."""
+    """Whether this attempt wrote that checkpoint (vs. an older one, or none)."""
+    saved_before_signal_s: float | None = None
+    """How long before the signal that checkpoint's save began (the events' clock); None when it began after the
+    signal or nobody knows when the signal came."""
+
+    @property
+    def saved_after_signal(self) -> bool:
+        """Whether this attempt saved its checkpoint in answer to the signal (not before it)."""
+        return self.saved and self.saved_before_signal_s is None
 
     @property
     def steps_lost(self) -> int | None:
@@ -92,6 +102,9 @@ class Stop:
         checkpoint a relaunch resumes from and the steps lost."""
         where = (
             f"checkpoint of step {self.checkpoint_step} saved after the signal"
+            if self.saved_after_signal
+            else f"checkpoint of step {self.checkpoint_step} saved {self.saved_before_signal_s:.1f} s before the "
+            "signal, none after it"
             if self.saved
             else (
                 f"no checkpoint saved after the signal; resumes from step {self.checkpoint_step}"
@@ -114,6 +127,7 @@ class Stop:
             "last_step": self.last_step,
             "checkpoint_step": self.checkpoint_step,
             "checkpoint_saved": self.saved,
+            "checkpoint_saved_after_signal": self.saved_after_signal,
             "steps_lost": self.steps_lost,
         }
 
@@ -125,25 +139,36 @@ def stop(
     before: int | None,
     after: int | None,
     log: Iterable[str] = (),
+    save_began: float | None = None,
 ) -> Stop | None:
     """The preemption record of an attempt, or None when it was not asked to stop.
 
     It was when moekit got a signal (`notice`), or when MaxText says it stopped for one (`log`: process 0's
     output; a scheduler may signal the workers directly). `before`/`after`: the newest checkpoint step when
-    the attempt started and when it ended."""
+    the attempt started and when it ended; `save_began`: when the save of `after` began (time.time(), from the
+    attempt's events), to tell a checkpoint saved before the signal from one saved in answer to it."""
     saved = after is not None and after != before
+    before_s = None
+    if saved and save_began is not None and notice.wall is not None and save_began < notice.wall:
+        before_s = notice.wall - save_began
     # last_step is what the records hold: the step saved at a preemption has its record (moekit.worker.step_events).
     told = notice.signum is not None and notice.at is not None
     if told and (ended_at is None or notice.at <= ended_at):
         took = (ended_at or notice.at) - notice.at
-        return Stop(f"moekit received {signal.Signals(notice.signum).name}", took, last_step, after, saved)
+        return Stop(f"moekit received {signal.Signals(notice.signum).name}", took, last_step, after, saved, before_s)
     if any(STOPPED in line for line in log):
         # Signalled directly, or by a peer's notice through JAX's preemption service (the workers had ended
         # before any signal reached moekit).
         return Stop("the workers got a preemption notice", None, last_step, after, saved)
     if told:
-        return Stop(f"moekit received {signal.Signals(notice.signum).name}", 0.0, last_step, after, saved)
+        return Stop(f"moekit received {signal.Signals(notice.signum).name}", 0.0, last_step, after, saved, before_s)
     return None
+
+
+def after_the_last_step(stop: Stop | None, last_step: int | None, planned_steps: int) -> bool:
+    """Whether a stop came when every step had already run and been recorded: the run is finished, not preempted
+    (nothing is left for a relaunch to train)."""
+    return stop is not None and last_step is not None and last_step >= planned_steps - 1
 
 
 def last_step(metrics: Path) -> int | None:

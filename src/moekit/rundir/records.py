@@ -64,10 +64,14 @@ class Manifest:
     """run/preemption.py's stop record (signal, last step, checkpoint, steps lost, signal to exit) when preempted."""
     incomplete: list[str] | None = None
     """What could not be recorded or logged (a full disk)."""
+    wall_s: float | None = None
+    """This attempt's wall time, launch to end (each attempt's entry keeps its own)."""
+    host_load: dict[str, Any] | None = None
+    """run/host_load.py's record of how busy the host was over this attempt, and with what besides the run."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     _BASE = ("experiment", "started", "overrides", "attempt", "resumed_from_checkpoint", "attempts")
-    _OUTCOME = ("status", "ended", "returncodes", "failed_rank", "failure")
+    _OUTCOME = ("status", "ended", "returncodes", "failed_rank", "failure", "wall_s", "host_load")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, keys in the order moekit has always written them."""
@@ -93,7 +97,7 @@ class Manifest:
         return cls(**kwargs, extra={k: v for k, v in data.items() if k not in known})
 
     def history(self) -> list[dict[str, Any]]:
-        """Attempt entries as observe.summary.attempt_starts wants them: the list, or this manifest alone."""
+        """Attempt entries as observe.runs.summary.attempt_starts wants them: the list, or this manifest alone."""
         return self.attempts or [self.to_dict()]
 
 
@@ -132,7 +136,7 @@ def write_manifest(run: Path, manifest: Manifest, *, full_disk_ok: bool = True) 
 
 @dataclass
 class Summary:
-    """summary.json: what the run measured (observe.summary's statistics) and where that number comes from."""
+    """summary.json: what the run measured (observe.runs.summary's statistics) and where that number comes from."""
 
     experiment: str | None = None
     run_dir: str | None = None
@@ -142,10 +146,23 @@ class Summary:
     peak_tflops: dict[str, Any] = field(default_factory=dict)
     peak_source: str | None = None
     wall_s: float | None = None
+    """The run's wall time: every attempt's, summed (an attempt that recorded none adds nothing)."""
+    wall_s_attempts: list[float | None] = field(default_factory=list)
+    """Each attempt's wall time, first to last; None for an attempt that recorded none (killed)."""
     stats: dict[str, Any] = field(default_factory=dict)
-    """observe.summary.summarize() of the metrics: steps, step_time_s, tflops_per_device, mfu, losses, ..."""
+    """observe.runs.summary.summarize() of the metrics: steps, step_time_s, tflops_per_device, mfu, losses, ..."""
 
-    _FIELDS = ("experiment", "run_dir", "hardware", "devices", "provenance", "peak_tflops", "peak_source", "wall_s")
+    _FIELDS = (
+        "experiment",
+        "run_dir",
+        "hardware",
+        "devices",
+        "provenance",
+        "peak_tflops",
+        "peak_source",
+        "wall_s",
+        "wall_s_attempts",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: the provenance fields, then the statistics."""
@@ -159,7 +176,7 @@ class Summary:
 
     @property
     def steady(self) -> bool:
-        """Whether the run has steady-state numbers (enough steady steps: observe/steady.py)."""
+        """Whether the run has steady-state numbers (enough steady steps: observe/runs/steady.py)."""
         return bool(self.stats.get("step_time_s"))
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from moekit import rundir
 from moekit.base import failures
+from moekit.observe.reports import comparable
 from moekit.rundir import records
 from moekit.series import tuning
 
@@ -89,7 +90,7 @@ def run(
     stats, provenance = recorded.stats, recorded.provenance or {}
     if not recorded.steady and (run_dir / rundir.METRICS).is_file():
         stats = _summarize_partial(run_dir)  # stopped before moekit summarized: use the steps it logged
-    if stats.get("step_time_s"):  # enough steady steps for a number (observe/steady.py)
+    if stats.get("step_time_s"):  # enough steady steps for a number (observe/runs/steady.py)
         result |= {
             "steps": stats["steps"],
             "step_time_s": stats["step_time_s"]["median"],
@@ -100,7 +101,10 @@ def run(
             "versions": provenance.get("versions"),
             "date": provenance.get("date"),
             "devices": recorded.devices,
+            "spread": comparable.Measured.of(stats, None).spread,
         }
+    if manifest is not None and manifest.host_load:
+        result["others_share"] = manifest.host_load.get("others_share")
     peak = _json(run_dir / rundir.PEAK_MEMORY)
     if peak.get("peak_bytes_in_use"):
         result["peak_memory_gib"] = round(peak["peak_bytes_in_use"] / 2**30, 2)
@@ -117,7 +121,7 @@ def run(
 
 
 def _summarize_partial(run_dir: Path) -> dict[str, Any]:
-    from moekit.observe import metrics, rundata
+    from moekit.observe.runs import metrics, rundata
 
     try:
         cfg = records.read_config(run_dir) or {}

@@ -7,7 +7,13 @@ dispatch of an attempt, a checkpoint save or restore, starting or stopping a tra
 whose window it fell in and leaves the next one off: the pipeline refills. A compilation lands in its step, and
 the next one refills too.
 
-Which window an event fell in comes from the run's own record (events.jsonl, observe/events.py): each step's end
+The step left off is not all idle: MaxText stamps it done as soon as it is dispatched, and its work runs in the
+step after it, which then takes about two steps' time. So the two are one pair: where the step after a refill is
+itself steady (judged by its own time, as every step), both count, each at the pair's mean time: work is counted
+where it was done, and a steady rate is never the doubled step alone. Where the step after it is left out too,
+the refill is left out with it.
+
+Which window an event fell in comes from the run's own record (events.jsonl, observe/runs/events.py): each step's end
 stamp and when each save, restore, compilation and trace edge started and ended. Attempts recorded before
 moekit wrote events are judged by the attempt boundaries and checkpoint.every (saves at step 0 and every N), and
 the summary says so. Then, on what is left, the step times themselves: warm-up at the start of each attempt and
@@ -18,9 +24,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from moekit.observe.events import COMPILE, RESTORE, SAVE, TRACE_START, TRACE_STOP, Events
+from moekit.observe.runs.events import COMPILE, RESTORE, SAVE, TRACE_START, TRACE_STOP, Events
 
 START, COMPILED, RESTORED, SAVED, TRACE, REFILL, WARMUP, OUTLIER = (
     "attempt start",
@@ -46,7 +52,8 @@ REASONS = {
     "(events: save start and end)",
     TRACE: "the profiler started or stopped tracing during the step (events: trace start, trace stop)",
     REFILL: "the step after one left out for an event (attempt start, compile, save, restore, trace edge): the "
-    "device pipeline refills and the time misses or repeats work in flight",
+    "device pipeline refills, and its work lands in the step after it; where that step is steady the two count as "
+    "one pair at their mean time, else both are left out",
     WARMUP: f"a leading step of an attempt slower than {WARMUP_FACTOR:g}x the median of that attempt's later steps",
     OUTLIER: f"over {OUTLIER_FACTOR:g}x or under 1/{OUTLIER_FACTOR:g} of the median of the counted steps: a stall "
     "or a timing artefact",
@@ -74,6 +81,8 @@ class Verdict:
     left_out: dict[int, str]
     evidence: dict[int, str]
     """attempt -> 'events' or 'checkpoint.every (no event record)'."""
+    pairs: dict[int, int] = field(default_factory=dict)
+    """refill step -> the steady step after it that did its work: both count, each at the pair's mean time."""
 
     def steady(self, steps: Sequence[Step]) -> list[int]:
         """The steps not left out, in order."""
@@ -104,7 +113,25 @@ def judge(steps: Sequence[Step], events: Mapping[int, Events], checkpoint_every:
         out |= {
             s.step: OUTLIER for s in rest if s.seconds > OUTLIER_FACTOR * median or s.seconds * OUTLIER_FACTOR < median
         }
-    return Verdict(dict(sorted(out.items())), evidence)
+    # A refill whose next step (same attempt) counts did its work there: the two count as one pair.
+    attempt_of = {s.step: s.attempt for s in steps}
+    pairs = {
+        r: r + 1
+        for r, why in out.items()
+        if why == REFILL and attempt_of.get(r + 1) == attempt_of[r] and r + 1 not in out
+    }
+    for r in pairs:
+        del out[r]
+    return Verdict(dict(sorted(out.items())), evidence, dict(sorted(pairs.items())))
+
+
+def paired(steps: Sequence[Step], pairs: Mapping[int, int]) -> list[Step]:
+    """`steps` with each pair's two members at the pair's mean time (the work of both, over the time of both)."""
+    seconds = {s.step: s.seconds for s in steps}
+    mean = {}
+    for r, n in pairs.items():
+        mean[r] = mean[n] = (seconds[r] + seconds[n]) / 2
+    return [Step(s.step, mean.get(s.step, s.seconds), s.attempt) for s in steps]
 
 
 def _by_events(own: list[Step], found: Events) -> dict[int, str]:

@@ -1,6 +1,6 @@
 """Steady-state summary of one run's metrics (pure): medians over the steady steps, what was left out and why.
 
-Which steps are steady is observe/steady.py's one rule (events the run recorded, then the step times); every
+Which steps are steady is observe/runs/steady.py's one rule (events the run recorded, then the step times); every
 consumer (train's summary, report, tune, verify, the benchmark runners) reads the numbers made here.
 """
 
@@ -10,9 +10,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from moekit.observe import steady
-from moekit.observe.events import Events
-from moekit.observe.metrics import Metrics
+from moekit.observe.runs import steady
+from moekit.observe.runs.events import Events
+from moekit.observe.runs.metrics import Metrics
 
 STEP_TIME = "perf/step_time_seconds"
 TFLOPS = "perf/per_device_tflops_per_sec"
@@ -56,15 +56,25 @@ def summarize(
     planned_steps: int | None = None,
 ) -> dict[str, Any]:
     """Medians over the steady steps (none when fewer than steady.MIN_STEADY), each left-out step with its reason,
-    the steps that paid a save apart, and the steps the records miss.
+    the steps that paid a save apart, the steps the records miss (they ran: a later one did) and the steps that
+    never ran (after the last record, up to `planned_steps`).
 
-    `events`: attempt number -> that attempt's events (observe/events.per_attempt); `planned_steps`: train.steps.
+    `events`: attempt number -> that attempt's events (observe/runs/events.per_attempt); `planned_steps`: train.steps.
     """
     rows = [r for r in m.rows if STEP_TIME in r]
     recorded = sorted(int(r["step"]) for r in m.rows)
-    missing = sorted(set(range(planned_steps)) - set(recorded)) if planned_steps else []
+    # A step the records miss ran (a later step did) but left no record; a step after the last record never ran.
+    ran = range(recorded[-1] + 1) if recorded else range(0)
+    missing = sorted(set(ran) - set(recorded))
+    not_run = list(range(len(ran), planned_steps or 0))
     if not rows:
-        return {"steps": len(m.rows), "steady_steps": 0, "excluded": [], "missing_steps": missing}
+        return {
+            "steps": len(m.rows),
+            "steady_steps": 0,
+            "excluded": [],
+            "missing_steps": missing,
+            "steps_not_run": not_run,
+        }
     events = events or {}
     last = max(events, default=1)
     starts = sorted(attempt_starts)
@@ -72,16 +82,18 @@ def summarize(
     steps = [steady.Step(s, float(r[STEP_TIME]), _attempt_of(r, starts, last)) for s, r in by_step.items()]
     verdict = steady.judge(steps, events, checkpoint_every)
     left_out = verdict.left_out
-    counted = [r for s, r in by_step.items() if s not in left_out]
+    counted = [r for s, r in _paired(by_step, verdict.pairs).items() if s not in left_out]
     out: dict[str, Any] = {
         "steps": len(m.rows),
         "steady_steps": len(counted),
         "counted_steps": [int(r["step"]) for r in counted],
         "excluded": [{"step": s, "reason": why} for s, why in left_out.items()],
+        "paired": [[r, n] for r, n in verdict.pairs.items()],
         "exclusion_reasons": {why: REASONS[why] for why in dict.fromkeys(left_out.values())},
         "evidence": {str(a): e for a, e in sorted(verdict.evidence.items())},
         "attempts": len(verdict.evidence),
         "missing_steps": missing,
+        "steps_not_run": not_run,
         "step_time_s": None,
         "tflops_per_device": None,
         "tokens_per_s_per_device": None,
@@ -106,6 +118,21 @@ def summarize(
         "tokens_per_s_per_device": statistics.median(tok) if tok else None,
         "mfu": {k: (med_tf / p if (med_tf is not None and p) else None) for k, p in peaks.items()},
     }
+    return out
+
+
+def _paired(by_step: dict[int, dict], pairs: Mapping[int, int]) -> dict[int, dict]:
+    """Records with each pair (a refill step, and the step after it that did its work) counted where the work was
+    done: both at the pair's mean time, their rates the pair's work over the pair's time."""
+    out = dict(by_step)
+    for r, n in pairs.items():
+        a, b = by_step[r], by_step[n]
+        seconds = float(a[STEP_TIME]) + float(b[STEP_TIME])
+        both = {STEP_TIME: seconds / 2}
+        for key in (TOKENS, TFLOPS):
+            if key in a and key in b and seconds > 0:
+                both[key] = (float(a[key]) * float(a[STEP_TIME]) + float(b[key]) * float(b[STEP_TIME])) / seconds
+        out[r], out[n] = a | both, b | both
     return out
 
 
@@ -185,6 +212,8 @@ def format_summary(s: dict[str, Any], hardware: str, peak_source: str) -> str:
         )
     if s.get("missing_steps"):
         lines.append(f"no record        steps {ranges(s['missing_steps'])}")
+    if s.get("steps_not_run"):
+        lines.append(f"not run          steps {ranges(s['steps_not_run'])}")
     if s.get("note"):
         lines.append(f"note             {s['note']}")
     lines.append(f"final loss       {_num(s.get('final_loss'), '.4f')}")

@@ -6,10 +6,10 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from moekit.observe import summary
-from moekit.observe.metrics import series
-from moekit.observe.profile_rules import BUCKETS
-from moekit.observe.rundata import Run
+from moekit.observe.profiles.profile_rules import BUCKETS
+from moekit.observe.runs import summary
+from moekit.observe.runs.metrics import series
+from moekit.observe.runs.rundata import Run
 
 STEP_TIME_PNG = "step_time.png"
 TFLOPS_PNG = "tflops.png"
@@ -115,7 +115,7 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
 
 def _breakdown(plt, profiled: Sequence[tuple[str, Run]], path: Path) -> None:
     """Stacked bars: ms per traced step in each bucket, one bar per profiled run; idle hatched."""
-    from moekit.observe.report import breakdown_columns
+    from moekit.observe.reports.report import breakdown_columns
 
     runs = [r for _, r in profiled]
     cols = breakdown_columns(runs)
