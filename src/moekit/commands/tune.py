@@ -200,7 +200,7 @@ def runs_here(base: list[str], cfg: Config) -> None:
     from moekit.preflight import host as preflight
 
     host = preflight.Host(dict(os.environ))
-    probes = (preflight.gpus_present, preflight.te_present, preflight.te_gmm_ready)
+    probes = (preflight.gpus_present, preflight.packages_present, preflight.hook_ready)
     found = [p for probe in probes for p in probe(cfg, host) if not isinstance(p, str)]
     if found:
         body = "\n".join(f"  - {p}" for p in found)
