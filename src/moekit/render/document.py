@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
 from moekit.config.schema import Config
+from moekit.render import comments
+from moekit.render.comments import Path
 
 
 def header(cfg: Config, what: str, command: str, version: str) -> list[str]:
@@ -22,7 +25,10 @@ def header(cfg: Config, what: str, command: str, version: str) -> list[str]:
     ]
 
 
-def yaml_text(data: dict[str, Any], head: list[str]) -> str:
-    """The header lines, then `data` as block-style YAML in its own key order."""
+def yaml_text(data: dict[str, Any], head: list[str], notes: Sequence[tuple[Path, str]] = ()) -> str:
+    """The header lines, then `data` as block-style YAML in its own key order, each note (render/comments.py) a
+    comment above its field."""
+    if notes:
+        return "\n".join(head) + "\n" + comments.annotated_yaml(data, notes)
     body = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=120)
     return "\n".join(head) + "\n" + body
