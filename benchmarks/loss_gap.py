@@ -1,4 +1,4 @@
-"""The loss gap of a quantized run to its bf16 twin (moekit.observe.loss_gap's rule, docs/metrics.md).
+"""The loss gap of a quantized run to its bf16 twin (moekit.observe.reports.loss_gap's rule, docs/metrics.md).
 
     python benchmarks/loss_gap.py CANDIDATE_RUN REFERENCE_RUN [--out gap.json] [--window 0.2] [--goal 0.01]
 
@@ -18,8 +18,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from moekit.observe import loss_gap, rundata  # noqa: E402
-from moekit.observe.metrics import MetricsError  # noqa: E402
+from moekit.observe.reports import loss_gap  # noqa: E402
+from moekit.observe.runs import rundata  # noqa: E402
+from moekit.observe.runs.metrics import MetricsError  # noqa: E402
 
 CORPUS = "corpus.json"
 

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO / "src"))
 
 from moekit.config.load import load  # noqa: E402
 from moekit.config.sweeps import expand  # noqa: E402
-from moekit.observe import compare, loss_gap  # noqa: E402
+from moekit.observe.reports import compare, loss_gap  # noqa: E402
 from moekit.series import trial, tuning  # noqa: E402
 
 EXPERIMENT = "dsv3_proxy_h200"
@@ -327,7 +327,7 @@ def table(results: dict) -> str:
 
 def profile_table(results: dict) -> str:
     """The profiled presets' mean traced step: ms per bucket (share), idle, communication shares, overhead."""
-    from moekit.observe.profile_rules import BUCKETS
+    from moekit.observe.profiles.profile_rules import BUCKETS
 
     profiled = {n: r for n, r in results["presets"].items() if (r.get("profile") or {}).get("buckets_ms")}
     if not profiled:

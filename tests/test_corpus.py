@@ -15,7 +15,7 @@ from conftest import REPO, compose, losses, moekit
 from moekit import cli
 from moekit.base import maxtext_files
 from moekit.config.checks import problems
-from moekit.observe import loss_gap
+from moekit.observe.reports import loss_gap
 from moekit.preflight import data as data_preflight
 from moekit.prepare import corpus, text_shards
 from moekit.translate.job import build

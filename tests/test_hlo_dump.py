@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from moekit.observe import hlo
+from moekit.observe.profiles import hlo
 
 # The layout XLA prints (--xla_dump_to): stack-frame tables, then computations; a printed parent_frame_id is the
 # parent's id + 1 (1: no parent), as XLA's own HLO parser reads it.

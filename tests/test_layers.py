@@ -2,7 +2,8 @@
 
 Rooms (README "Layout") stand in one strict order, ground floor first; a room imports only rooms on floors below
 its own (and itself). Rooms on one floor never import each other. The package root holds only cli, __main__ and
-__init__. Lazy imports inside functions count like any other.
+__init__. A room split by concern (SPLIT) holds only sub-packages, and each of those is a room of its own
+("observe.runs"). Lazy imports inside functions count like any other.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("config",),  # compose, schema, back-end and cluster-kind tables, checks, load
     ("te_gmm",),  # moe=te_gmm's own code (hook, grouped GEMM, host probe)
     ("translate",),  # config -> MaxText args, XLA flags, env, rendezvous, the fabric spec
-    ("render", "plan", "observe", "bench"),  # pure rooms beside each other
+    ("render", "plan", "observe.runs", "bench"),  # pure rooms beside each other (observe.runs: summaries, steady steps)
+    ("observe.profiles",),  # traced profiles and their rules
+    ("observe.reports",),  # reports, plots and comparisons
     ("worker",),  # inside each training process
     ("preflight",),  # host probes
     ("prepare",),  # data prepared on the host
@@ -31,6 +34,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("entry",),  # moekit/__main__.py
 )
 FLOOR = {room: i for i, floor in enumerate(FLOORS) for room in floor}
+SPLIT = ("observe",)  # rooms split by concern into sub-packages, each a room of the order
 
 
 def allowed(room: str) -> set[str]:
@@ -43,6 +47,8 @@ def room(module: str) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return "root"
+    if parts[1] in SPLIT and len(parts) > 2:
+        return f"{parts[1]}.{parts[2]}"
     return {"cli": "cli", "__main__": "entry"}.get(parts[1], parts[1])
 
 
@@ -100,7 +106,7 @@ def violations(edges: set[tuple[str, str]]) -> list[str]:
 def test_the_source_follows_the_layers():
     edges = import_graph(SRC)
     assert ("moekit.commands.train", "moekit.run.execute") in edges  # the graph is really read
-    assert ("moekit.observe.rundata", "moekit.rundir.records") in edges
+    assert ("moekit.observe.runs.rundata", "moekit.rundir.records") in edges
     assert violations(edges) == []
 
 
@@ -125,7 +131,7 @@ def test_a_planted_upward_import_fails(tmp_path):
             "run/__init__.py": "",
             "run/execute.py": "from moekit import rundir\nfrom moekit.commands import train\n",
             "observe/__init__.py": "",
-            "observe/rundata.py": "from moekit.rundir import records\nfrom moekit.render import jobset\n",
+            "observe/runs/rundata.py": "from moekit.rundir import records\nfrom moekit.render import jobset\n",
             "render/__init__.py": "",
             "render/jobset.py": "",
             "commands/__init__.py": "",
@@ -144,8 +150,8 @@ def test_a_planted_upward_import_fails(tmp_path):
         f"moekit.config.schema (config) imports moekit.run.execute (run): config may import only "
         f"{sorted(allowed('config'))}",
         "moekit.helpers is in no room of the order: add its room to FLOORS, or move it into one",
-        f"moekit.observe.rundata (observe) imports moekit.render.jobset (render): observe may import only "
-        f"{sorted(allowed('observe'))}",
+        f"moekit.observe.runs.rundata (observe.runs) imports moekit.render.jobset (render): observe.runs may import "
+        f"only {sorted(allowed('observe.runs'))}",
         f"moekit.run.execute (run) imports moekit.commands.train (commands): run may import only "
         f"{sorted(allowed('run'))}",
     ]
@@ -161,7 +167,13 @@ def test_the_order_runs_one_way():
 def test_the_package_root_holds_only_the_entry():
     root = {p.name for p in (SRC / "moekit").glob("*.py")}
     assert root == {"__init__.py", "__main__.py", "cli.py"}
-    rooms = {p.name for p in (SRC / "moekit").iterdir() if (p / "__init__.py").is_file()}
+    packages = {p.name for p in (SRC / "moekit").iterdir() if (p / "__init__.py").is_file()}
+    rooms = packages - set(SPLIT)
+    for name in SPLIT:  # a split room holds only its sub-packages (and an empty __init__.py)
+        split = SRC / "moekit" / name
+        assert {p.name for p in split.glob("*.py")} == {"__init__.py"}
+        assert (split / "__init__.py").read_text(encoding="utf8") == ""
+        rooms |= {f"{name}.{p.name}" for p in split.iterdir() if (p / "__init__.py").is_file()}
     assert rooms == set(FLOOR) - {"cli", "entry"}  # every sub-package is a room of the order, and only those
 
 
@@ -202,6 +214,6 @@ def test_the_readme_draws_the_order():
     text = (SRC.parent / "README.md").read_text(encoding="utf8")
     layout = text[text.index("## Layout") :]
     rows = re.findall(r"^\| (\d+) \| (.+?) \|", layout, flags=re.M)
-    drawn = [tuple(re.findall(r"`(\w+)/`", rooms)) for _, rooms in rows]
+    drawn = [tuple(r.replace("/", ".") for r in re.findall(r"`([\w/]+?)/`", rooms)) for _, rooms in rows]
     assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1))
     assert drawn[:-1] == list(FLOORS[:-2])  # the last row: cli.py, then __main__.py

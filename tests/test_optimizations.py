@@ -17,7 +17,7 @@ import yaml
 from conftest import REPO, compose, losses, moekit
 from moekit.config.checks import problems
 from moekit.config.compose import group_options
-from moekit.observe import published
+from moekit.observe.reports import published
 from moekit.translate.job import build
 from moekit.translate.xla_flags import flag_entries
 

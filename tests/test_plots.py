@@ -1,10 +1,10 @@
-"""The plot table (observe/plots.py PLOTS): each chart is one row, named in docs/metrics.md, written by `report` when
-it has runs to draw, and no other module names its file."""
+"""The plot table (observe/reports/plots.py PLOTS): each chart is one row, named in docs/metrics.md, written by
+`report` when it has runs to draw, and no other module names its file."""
 
 from __future__ import annotations
 
 from conftest import REPO
-from moekit.observe.plots import PLOTS
+from moekit.observe.reports.plots import PLOTS
 from name_compares import compared
 
 
@@ -21,7 +21,7 @@ def test_rows_are_distinct_pngs():
 
 def test_no_module_names_a_plot_file():
     files = [p.file for p in PLOTS]
-    assert compared(files, ["observe/plots.py"]) == []
+    assert compared(files, ["observe/reports/plots.py"]) == []
     src = REPO / "src" / "moekit"
     named = [f"{q.relative_to(src)}: {f}" for q in src.rglob("*.py") if q.name != "plots.py" for f in files
              if f in q.read_text()]  # fmt: skip

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port, live_workers, moekit, recorded_steps, start_moekit, wait_until
-from moekit.observe import events
+from moekit.observe.runs import events
 from moekit.run import preemption, watchdog
 
 STEPS = 20

@@ -12,7 +12,7 @@ import socket
 import pytest
 
 from conftest import moekit
-from moekit.observe.profile_rules import BUCKETS
+from moekit.observe.profiles.profile_rules import BUCKETS
 
 pytestmark = pytest.mark.integration
 

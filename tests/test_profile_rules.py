@@ -12,9 +12,9 @@ import jax.profiler
 import pytest
 
 from conftest import REPO
-from moekit.observe import breakdown, hlo, profile
-from moekit.observe.profile_rules import BUCKETS, RULES, Op, classify, is_container
-from moekit.observe.trace import Event
+from moekit.observe.profiles import breakdown, hlo, profile
+from moekit.observe.profiles.profile_rules import BUCKETS, RULES, Op, classify, is_container
+from moekit.observe.profiles.trace import Event
 from moekit.worker import process as worker
 
 GMM = ("RoutedMoE.sparse_matmul.<locals>.jax_ragged_dot_gmm", "RoutedMoE.sparse_matmul.<locals>.gmm", "train_step")

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from conftest import REPO, moekit
-from moekit.observe import published, rundata
-from moekit.observe import report as rep
+from moekit.observe.reports import published
+from moekit.observe.reports import report as rep
+from moekit.observe.runs import rundata
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

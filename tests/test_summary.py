@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, moekit
-from moekit.observe import metrics, rundata, steady, summary
-from moekit.observe import report as rep
-from moekit.observe.events import Events
+from moekit.observe.reports import report as rep
+from moekit.observe.runs import metrics, rundata, steady, summary
+from moekit.observe.runs.events import Events
 
 RUNS = REPO / "tests" / "data" / "runs"
 
@@ -146,7 +146,7 @@ def test_a_run_without_a_steady_step_still_summarizes_and_plots(tmp_path):
     """Two steps: no steady number, and the summary, report and plots say so instead of printing one."""
     import shutil
 
-    from moekit.observe import plots
+    from moekit.observe.reports import plots
 
     run = tmp_path / "short"
     shutil.copytree(RUNS / "ckpt", run)
@@ -197,7 +197,7 @@ def test_a_run_copied_without_its_attempts_folder_still_reports(tmp_path):
 
 def test_console_numbers_steps_as_the_records_do_and_measures_its_eta():
     """Step 0 is 'step 0' (1 of 10 done), as in metrics, summary and report; no ETA from the start-up steps."""
-    from moekit.observe import progress
+    from moekit.observe.runs import progress
 
     pace = progress.Pace()
     lines = []

@@ -19,7 +19,7 @@ import pytest
 from conftest import compose, losses, moekit
 from moekit.base.errors import MoekitError
 from moekit.config.checks import problems
-from moekit.observe import compare
+from moekit.observe.reports import compare
 from moekit.preflight import host as run_preflight
 from moekit.preflight.maxtext_validate import validate
 from moekit.te_gmm import BUCKETS_ENV, MODE_ENV, bias, call_site, grouped, hook, preflight

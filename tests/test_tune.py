@@ -17,7 +17,7 @@ from conftest import REPO, moekit
 from moekit.base import failures
 from moekit.commands.tune import preset_yaml
 from moekit.config.compose import compose
-from moekit.observe import compare
+from moekit.observe.reports import compare
 from moekit.series import tuning
 
 

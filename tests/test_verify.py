@@ -7,7 +7,8 @@ import json
 import pytest
 
 from conftest import moekit
-from moekit.observe import compare, metrics
+from moekit.observe.reports import compare
+from moekit.observe.runs import metrics
 
 STEPS = 4
 

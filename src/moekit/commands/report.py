@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from moekit.base.errors import MoekitError
-from moekit.observe.report_file import write_report
+from moekit.observe.reports.report_file import write_report
 
 
 def _sweep_members(folder: Path) -> list[str]:

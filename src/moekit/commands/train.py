@@ -8,7 +8,7 @@ import os
 from moekit.base.errors import MoekitError
 from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.observe import progress
+from moekit.observe.runs import progress
 from moekit.run import execute
 from moekit.series import sweep
 

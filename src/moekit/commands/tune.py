@@ -8,7 +8,7 @@ Each sweep gets a new folder, <--out>/<name>/<timestamp>, with one run directory
 Candidates are the Cartesian product of the --axis options plus each --candidate, every one on top of the
 positional overrides (the base, which always runs too). A run that goes out of memory, fails or times out
 is discarded; so is one whose loss trajectory leaves the reference's (the base plus --reference, trained
-on the same tokens per step) by more than moekit.observe.compare.TUNE. The fastest remaining one by tokens/s per
+on the same tokens per step) by more than moekit.observe.reports.compare.TUNE. The fastest remaining one by tokens/s per
 device is written as conf/experiment/<name>.yaml with its measured numbers and their provenance.
 """
 
@@ -27,7 +27,7 @@ from moekit.config import formats
 from moekit.config.compose import config_dir
 from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.observe import compare
+from moekit.observe.reports import compare
 from moekit.series import host_fit, trial, tune_table, tuning
 from moekit.series.preset import preset_yaml
 

@@ -19,7 +19,8 @@ from moekit.base.errors import MoekitError
 from moekit.config.checks import format_warnings, warnings
 from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.observe import compare, metrics, rundata
+from moekit.observe.reports import compare
+from moekit.observe.runs import metrics, rundata
 from moekit.run import execute
 from moekit.rundir import records
 

@@ -28,7 +28,8 @@ from moekit import rundir
 from moekit.base import console, failures, ports, redact
 from moekit.base.versions import versions
 from moekit.config.schema import Cluster, Config
-from moekit.observe import events, metrics, profile, progress, summary
+from moekit.observe.profiles import profile
+from moekit.observe.runs import events, metrics, progress, summary
 from moekit.preflight import host as preflight
 from moekit.prepare import corpus
 from moekit.run import checkpoints, compiling, launch, preemption, view, watchdog

@@ -93,7 +93,7 @@ class Manifest:
         return cls(**kwargs, extra={k: v for k, v in data.items() if k not in known})
 
     def history(self) -> list[dict[str, Any]]:
-        """Attempt entries as observe.summary.attempt_starts wants them: the list, or this manifest alone."""
+        """Attempt entries as observe.runs.summary.attempt_starts wants them: the list, or this manifest alone."""
         return self.attempts or [self.to_dict()]
 
 
@@ -132,7 +132,7 @@ def write_manifest(run: Path, manifest: Manifest, *, full_disk_ok: bool = True) 
 
 @dataclass
 class Summary:
-    """summary.json: what the run measured (observe.summary's statistics) and where that number comes from."""
+    """summary.json: what the run measured (observe.runs.summary's statistics) and where that number comes from."""
 
     experiment: str | None = None
     run_dir: str | None = None
@@ -143,7 +143,7 @@ class Summary:
     peak_source: str | None = None
     wall_s: float | None = None
     stats: dict[str, Any] = field(default_factory=dict)
-    """observe.summary.summarize() of the metrics: steps, step_time_s, tflops_per_device, mfu, losses, ..."""
+    """observe.runs.summary.summarize() of the metrics: steps, step_time_s, tflops_per_device, mfu, losses, ..."""
 
     _FIELDS = ("experiment", "run_dir", "hardware", "devices", "provenance", "peak_tflops", "peak_source", "wall_s")
 
@@ -159,7 +159,7 @@ class Summary:
 
     @property
     def steady(self) -> bool:
-        """Whether the run has steady-state numbers (enough steady steps: observe/steady.py)."""
+        """Whether the run has steady-state numbers (enough steady steps: observe/runs/steady.py)."""
         return bool(self.stats.get("step_time_s"))
 
 

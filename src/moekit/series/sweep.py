@@ -18,7 +18,7 @@ from moekit.base import redact
 from moekit.base.errors import ConfigError
 from moekit.config.load import load
 from moekit.config.sweeps import expand
-from moekit.observe import report_file
+from moekit.observe.reports import report_file
 from moekit.preflight import host as preflight
 from moekit.run import view
 from moekit.series import trial

@@ -89,7 +89,7 @@ def run(
     stats, provenance = recorded.stats, recorded.provenance or {}
     if not recorded.steady and (run_dir / rundir.METRICS).is_file():
         stats = _summarize_partial(run_dir)  # stopped before moekit summarized: use the steps it logged
-    if stats.get("step_time_s"):  # enough steady steps for a number (observe/steady.py)
+    if stats.get("step_time_s"):  # enough steady steps for a number (observe/runs/steady.py)
         result |= {
             "steps": stats["steps"],
             "step_time_s": stats["step_time_s"]["median"],
@@ -117,7 +117,7 @@ def run(
 
 
 def _summarize_partial(run_dir: Path) -> dict[str, Any]:
-    from moekit.observe import metrics, rundata
+    from moekit.observe.runs import metrics, rundata
 
     try:
         cfg = records.read_config(run_dir) or {}

@@ -13,9 +13,9 @@ from typing import Any
 from moekit.base import failures
 from moekit.config import sweeps
 from moekit.config.schema import Config
-from moekit.observe import compare
+from moekit.observe.reports import compare
 
-# The loss gate's tolerance (the rule itself is observe.compare's).
+# The loss gate's tolerance (the rule itself is observe.reports.compare's).
 RTOL, ATOL = compare.TUNE.rtol, compare.TUNE.atol
 
 

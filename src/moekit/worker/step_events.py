@@ -1,9 +1,9 @@
 """Inside a training process: record when saves, restores, compilations, trace edges and step ends happened
-(observe/events.py describes the file), and keep the step a preemption saved at in the metrics.
+(observe/runs/events.py describes the file), and keep the step a preemption saved at in the metrics.
 
 MaxText stamps a step done right after dispatching it, then saves a checkpoint of it, then logs the metrics of
 the step before; so a save is paid by the next step's time, and a step's time is only its own work while the
-device pipeline is full. The summary (observe/steady.py) needs to know which step windows such events fell in:
+device pipeline is full. The summary (observe/runs/steady.py) needs to know which step windows such events fell in:
 these wrappers around MaxText's own functions write them down as they happen, with wall-clock times.
 
 MaxText 0.2.5 stops for a preemption notice from inside the save of step s, before it logs step s's metrics:
@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from moekit.observe import events as ev
+from moekit.observe.runs import events as ev
 
 _lock = threading.Lock()
 _file = None

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moekit.observe import summary
-from moekit.observe.metrics import series
-from moekit.observe.profile_rules import BUCKETS
-from moekit.observe.rundata import Run
+from moekit.observe.profiles.profile_rules import BUCKETS
+from moekit.observe.runs import summary
+from moekit.observe.runs.metrics import series
+from moekit.observe.runs.rundata import Run
 
 STEP_TIME_PNG = "step_time.png"
 TFLOPS_PNG = "tflops.png"
@@ -117,7 +117,7 @@ def _loss(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
 
 def _breakdown(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
     """Stacked bars: ms per traced step in each bucket, one bar per profiled run; idle hatched."""
-    from moekit.observe.report import breakdown_columns
+    from moekit.observe.reports.report import breakdown_columns
 
     cols = breakdown_columns(runs)
     colors = {b: plt.get_cmap("tab20")(i) for i, (b, _, _) in enumerate(BUCKETS)}  # one color per bucket, every chart

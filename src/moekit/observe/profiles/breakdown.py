@@ -1,6 +1,6 @@
 """Where one device's step time goes, from its traced operations (pure: events and buckets in, seconds out).
 
-Each traced operation has a bucket (observe.profile_rules) and a kind: compute, collective or transfer. A step's
+Each traced operation has a bucket (profile_rules.py) and a kind: compute, collective or transfer. A step's
 window is split exactly: at every instant the device runs compute, the time goes to the compute buckets running
 then (shared equally); when it only communicates or copies, to those buckets (exposed communication); when nothing
 runs, to idle. So the buckets plus idle add up to the window. Kernel time sums each operation's own duration
@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from moekit.observe.profile_rules import BUCKETS, KIND
+from moekit.observe.profiles.profile_rules import BUCKETS, KIND
 
 NS = 1e-9
 

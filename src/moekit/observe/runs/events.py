@@ -13,7 +13,7 @@ One JSON object per line, wall-clock seconds (time.time() of the process that wr
     {"event": "stop", "step": s, "t": ...}                 the process stopped at step s for a preemption notice
 
 Process i writes events.jsonl (i = 0) or events.<i>.jsonl, beside its metrics file; each attempt's file moves to
-attempts/<n>/ with its metrics (rundir/attempts.py). This module reads them; observe/steady.py judges steps by them.
+attempts/<n>/ with its metrics (rundir/attempts.py). This module reads them; steady.py judges steps by them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from moekit.observe.metrics import Metrics, series
+from moekit.observe.runs.metrics import Metrics, series
 
 LOSS = "learning/loss"
 GRAD_NORM = "learning/raw_grad_norm"

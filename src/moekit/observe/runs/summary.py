@@ -1,6 +1,6 @@
 """Steady-state summary of one run's metrics (pure): medians over the steady steps, what was left out and why.
 
-Which steps are steady is observe/steady.py's one rule (events the run recorded, then the step times); every
+Which steps are steady is observe/runs/steady.py's one rule (events the run recorded, then the step times); every
 consumer (train's summary, report, tune, verify, the benchmark runners) reads the numbers made here.
 """
 
@@ -10,9 +10,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from moekit.observe import steady
-from moekit.observe.events import Events
-from moekit.observe.metrics import Metrics
+from moekit.observe.runs import steady
+from moekit.observe.runs.events import Events
+from moekit.observe.runs.metrics import Metrics
 
 STEP_TIME = "perf/step_time_seconds"
 TFLOPS = "perf/per_device_tflops_per_sec"
@@ -58,7 +58,7 @@ def summarize(
     """Medians over the steady steps (none when fewer than steady.MIN_STEADY), each left-out step with its reason,
     the steps that paid a save apart, and the steps the records miss.
 
-    `events`: attempt number -> that attempt's events (observe/events.per_attempt); `planned_steps`: train.steps.
+    `events`: attempt number -> that attempt's events (observe/runs/events.per_attempt); `planned_steps`: train.steps.
     """
     rows = [r for r in m.rows if STEP_TIME in r]
     recorded = sorted(int(r["step"]) for r in m.rows)

@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from moekit.observe import fabric_report, summary
-from moekit.observe.profile_rules import BUCKETS
-from moekit.observe.rundata import Run
+from moekit.observe.profiles.profile_rules import BUCKETS
+from moekit.observe.reports import fabric_report
+from moekit.observe.runs import summary
+from moekit.observe.runs.rundata import Run
 
 VERSION_KEYS = ("jax", "maxtext", "transformer-engine", "tokamax")
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import moekit
 from moekit import rundir
-from moekit.observe import fabric_report, plots, published, rundata, summary
-from moekit.observe import report as rep
+from moekit.observe.reports import fabric_report, plots, published
+from moekit.observe.reports import report as rep
+from moekit.observe.runs import rundata, summary
 
 REPORT = "report.md"
 

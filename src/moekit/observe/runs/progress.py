@@ -31,7 +31,7 @@ def parse(line: str) -> StepLine | None:
 
 class Pace:
     """The time per step so far, for the ETA: the mean over this attempt's steps after its first two (start-up and
-    the pipeline filling: observe/steady.py), so saves and the short steps after them count at their share."""
+    the pipeline filling: observe/runs/steady.py), so saves and the short steps after them count at their share."""
 
     SKIP = 2  # the attempt's first step and the one refilling the pipeline after it
     MIN = 2  # steps measured before there is an ETA

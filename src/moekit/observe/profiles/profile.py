@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.observe import breakdown, hlo, metrics, steady, trace
-from moekit.observe.profile_rules import BUCKETS, KIND, Op, classify, is_container, is_gemm_kernel
-from moekit.observe.trace import Event
+from moekit.observe.profiles import breakdown, hlo, trace
+from moekit.observe.profiles.profile_rules import BUCKETS, KIND, Op, classify, is_container, is_gemm_kernel
+from moekit.observe.profiles.trace import Event
+from moekit.observe.runs import metrics, steady
 
 TRACE_DIR = "trace"
 HLO_DIR = "hlo"
@@ -258,7 +259,7 @@ def maxtext_step_times(
     """MaxText's step times (host clock) inside and outside the traced window: the profiling overhead's evidence.
 
     Untraced steps are the steady ones (`counted`: the run summary's, judged by its events; without them the step
-    times alone, observe/steady.py) that neither start the trace (the first traced step's time includes starting
+    times alone, observe/runs/steady.py) that neither start the trace (the first traced step's time includes starting
     it) nor follow it (the step after the window includes writing the trace).
     """
     times = metric_step_times(rows)

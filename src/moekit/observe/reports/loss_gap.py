@@ -4,7 +4,7 @@ The rule (docs/metrics.md, "FP8 against its bf16 twin"): both runs train the sam
 corpus shards), seed, tokens per step and step count (the learning-rate schedule), and differ only in precision.
 Over the last WINDOW of the steps, gap_i = (loss_q[i] - loss_bf16[i]) / loss_bf16[i]; the mean of gap_i is the
 number, and |mean| <= GOAL passes. Early steps are left out: there the losses fall fast and a one-step lag in an
-otherwise equal trajectory reads as a large gap. Pure: the caller reads the run directories (observe.rundata).
+otherwise equal trajectory reads as a large gap. Pure: the caller reads the run directories (observe.runs.rundata).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.observe import events, metrics, summary
-from moekit.observe.metrics import Metrics, MetricsError
+from moekit.observe.runs import events, metrics, summary
+from moekit.observe.runs.metrics import Metrics, MetricsError
 from moekit.rundir import records
 
 # Overrides that only place a run; they never distinguish one run from another in a report.
@@ -27,7 +27,7 @@ class Run:
     manifest: records.Manifest
     metrics: Metrics
     summary: dict[str, Any]
-    """observe.summary.summarize() of the metrics against the run's own hardware peaks."""
+    """observe.runs.summary.summarize() of the metrics against the run's own hardware peaks."""
     profile: dict[str, Any] | None = None
     """The run's step-time breakdown (profile.json), when it was trained with profile=on."""
     fabric: dict[str, Any] | None = None

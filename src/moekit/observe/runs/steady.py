@@ -7,7 +7,7 @@ dispatch of an attempt, a checkpoint save or restore, starting or stopping a tra
 whose window it fell in and leaves the next one off: the pipeline refills. A compilation lands in its step, and
 the next one refills too.
 
-Which window an event fell in comes from the run's own record (events.jsonl, observe/events.py): each step's end
+Which window an event fell in comes from the run's own record (events.jsonl, observe/runs/events.py): each step's end
 stamp and when each save, restore, compilation and trace edge started and ended. Attempts recorded before
 moekit wrote events are judged by the attempt boundaries and checkpoint.every (saves at step 0 and every N), and
 the summary says so. Then, on what is left, the step times themselves: warm-up at the start of each attempt and
@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from moekit.observe.events import COMPILE, RESTORE, SAVE, TRACE_START, TRACE_STOP, Events
+from moekit.observe.runs.events import COMPILE, RESTORE, SAVE, TRACE_START, TRACE_STOP, Events
 
 START, COMPILED, RESTORED, SAVED, TRACE, REFILL, WARMUP, OUTLIER = (
     "attempt start",
