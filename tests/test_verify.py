@@ -77,7 +77,7 @@ def test_compare_finds_the_first_step_and_missing_steps():
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--candidate", "train.per_device_batch_size=1"], "changes tokens/step"),
+        (["--candidate", "train.per_device_batch_size=1"], "other tokens per step"),
         (["--candidate", "model.num_layers=2"], "changes the model (model.num_layers)"),
         (["--candidate", ""], "empty --candidate"),
         (["--candidate", "moe=capacity"], "drops tokens"),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from moekit.base.figures import significant
 from moekit.bench import gmm
 from moekit.bench.timing import median_seconds
 
@@ -85,17 +86,17 @@ def run(
     fns = functions(layer)
     xs, order, counts, weights = fns["dispatch"](h, logits)
     rows = {"dispatch": median_seconds(fns["dispatch"], h, logits, iters=iters)}
-    say(f"[1/4] dispatch: {rows['dispatch'] * 1e3:.3f} ms")
+    say(f"[1/4] dispatch: {significant(rows['dispatch'] * 1e3)} ms")
     for i, name in enumerate(COMBINES):
         rows[name] = median_seconds(fns[name], xs, order, weights, iters=iters)
-        say(f"[{i + 2}/4] combine {name}: {rows[name] * 1e3:.3f} ms")
+        say(f"[{i + 2}/4] combine {name}: {significant(rows[name] * 1e3)} ms")
     # Both combines must give the same tokens back (so the cheaper one is a drop-in).
     diff = jnp.max(jnp.abs(fns["scatter_add"](xs, order, weights) - fns["gather_sum"](xs, order, weights)))
     shape = gmm.Shape(layer.experts, layer.tokens * layer.topk, layer.hidden, layer.ffn)
     g = gmm.run(shape, [gmm_backend], ["balanced"], dtype=dtype, iters=iters)
     timed = [r for r in g["rows"] if r["backend"] == gmm_backend and r["ms"] is not None]
     gmm_ms = timed[0]["ms"] if timed else None
-    say(f"[4/4] grouped GEMM {gmm_backend}: {'failed' if gmm_ms is None else f'{gmm_ms:.3f} ms'}")
+    say(f"[4/4] grouped GEMM {gmm_backend}: {'failed' if gmm_ms is None else f'{significant(gmm_ms)} ms'}")
     out = {
         "layer": asdict(layer),
         "dtype": dtype,
@@ -119,12 +120,12 @@ def format_table(result: dict[str, Any]) -> str:
         f"hidden {ly['hidden']}, {result['dtype']}",
         "| step | ms | (dispatch + combine) / grouped GEMM |",
         "|---|---|---|",
-        f"| dispatch (top-k, sort, gather) | {ms['dispatch']:.3f} | |",
+        f"| dispatch (top-k, sort, gather) | {significant(ms['dispatch'])} | |",
     ]
     for name in COMBINES:
         ratio = result["ratio_to_gmm"].get(f"dispatch+{name}")
-        lines.append(f"| combine: {name} | {ms[name]:.3f} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
-    gms = "-" if g["ms"] is None else f"{g['ms']:.3f}"
+        lines.append(f"| combine: {name} | {significant(ms[name])} | {'-' if ratio is None else f'{ratio:.2f}x'} |")
+    gms = significant(g["ms"])
     lines.append(f"| one grouped GEMM ({g['backend']}, hidden -> {ly['ffn']}) | {gms} | {g['error'] or ''} |")
     lines.append(f"combines agree to {result['combines_agree_max_abs']:.3g} (max abs)")
     return "\n".join(lines)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from moekit.base.figures import significant
 from moekit.bench.timing import median_seconds
 
 BACKENDS = ("tokamax", "tokamax_triton", "ragged_dot", "te", "te_gmm", "te_gmm_fp8")
@@ -134,7 +135,7 @@ def run(
 
     def done(row: dict[str, Any]) -> None:
         if progress is not None:
-            took = f"{row['ms']:.3f} ms" if row["ms"] is not None else (row["error"] or "failed").split(":")[0]
+            took = f"{significant(row['ms'])} ms" if row["ms"] is not None else (row["error"] or "failed").split(":")[0]
             since = time.monotonic() - started
             progress(f"[{len(rows)}/{total}] {row['backend']} {row['groups']}: {took} ({since:.0f} s)")
 
@@ -204,7 +205,8 @@ def format_table(result: dict[str, Any]) -> str:
             lines.append(f"| {r['backend']} | {r['groups']} | - | - | - | {r['error']} |")
         else:
             lines.append(
-                f"| {r['backend']} | {r['groups']} | {r['ms']:.3f} | {r['tflops']:.1f} | {r['of_ceiling']:.0%} "
+                f"| {r['backend']} | {r['groups']} | {significant(r['ms'])} | {significant(r['tflops'])} "
+                f"| {significant(r['of_ceiling'] * 100, 2)}% "
                 f"| {r['runs_as']} |"
             )
     return "\n".join(lines)

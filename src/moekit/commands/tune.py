@@ -23,11 +23,12 @@ from typing import Any
 
 from moekit import rundir
 from moekit.base.errors import ConfigError, MoekitError
+from moekit.base.figures import significant
 from moekit.config import formats
 from moekit.config.compose import config_dir
 from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.observe.reports import compare
+from moekit.observe.reports import comparable, compare
 from moekit.series import host_fit, trial, tune_table, tuning
 from moekit.series.preset import preset_yaml
 
@@ -84,14 +85,19 @@ def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], Config, bool]
             ref_configs[batch] = load(ref, warn=False)
         except ConfigError as exc:
             bad.append(f"  reference {tuning.label(ref)}:\n    {exc}")
-    base_model = candidates[0][1].model if candidates and candidates[0][0] == args.overrides else None
-    for ov, cfg in candidates:
-        if base_model is not None and cfg.model != base_model:  # a smaller model would always "win"
-            changed = sorted(k for k in type(cfg.model).model_fields if getattr(cfg.model, k) != getattr(base_model, k))
+    for ov, cfg in candidates:  # each against the reference it is judged by (observe.reports.comparable's rule)
+        ref_cfg = ref_configs.get(tuning.batch_key(cfg))
+        why = ref_cfg and comparable.differs(tuning.setup(ref_cfg), tuning.setup(cfg))
+        if why == "another model":  # a smaller model would always "win"
+            changed = sorted(
+                k for k in type(cfg.model).model_fields if getattr(cfg.model, k) != getattr(ref_cfg.model, k)
+            )
             bad.append(
                 f"  {tuning.label(ov)}: changes the model ({', '.join(f'model.{k}' for k in changed)}); tune ranks "
                 "configurations of one model by tokens/s, another model's throughput is not comparable"
             )
+        elif why:
+            bad.append(f"  {tuning.label(ov)}: {why} than its reference; tune compares runs of one setup")
     if bad:
         raise ConfigError("these sweep configurations are invalid; nothing was launched:\n" + "\n".join(bad))
     return [(ov, cfg, cfg == ref_configs[tuning.batch_key(cfg)]) for ov, cfg in candidates], references
@@ -153,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
                     ok, diff, bad = compare.compare_losses(ref.get("losses", []), r.get("losses", []))
                     r["check"] = f"loss max diff {diff:.2e}" + ("" if ok else f", beyond tolerance at step {bad}")
                     r["accepted"] = ok
+                r["vs_reference"] = tuning.versus(cfg, ref, r).text()
         runs.append(r)
         save()
     print(tune_table.format_table(runs))
@@ -174,7 +181,8 @@ def run(args: argparse.Namespace) -> int:
     preset.write_text(text)
     print(
         f"moekit tune: fastest: {tuning.label(best['overrides'])} "
-        f"({best['tokens_per_s_per_device']:.0f} tokens/s/device); preset in {preset}"
+        f"({significant(best['tokens_per_s_per_device'])} tokens/s/device; against its reference: "
+        f"{best.get('vs_reference', 'n/a (it is the reference)')}); preset in {preset}"
     )
     if args.write_preset:
         rundir.write_atomic(target, text)

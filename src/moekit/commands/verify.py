@@ -19,7 +19,7 @@ from moekit.base.errors import MoekitError
 from moekit.config.checks import format_warnings, warnings
 from moekit.config.load import load
 from moekit.config.schema import Config
-from moekit.observe.reports import compare
+from moekit.observe.reports import comparable, compare
 from moekit.observe.runs import metrics, rundata
 from moekit.run import execute
 from moekit.rundir import records
@@ -64,10 +64,6 @@ def reference_overrides(overrides: list[str], steps: int | None) -> list[str]:
     return out
 
 
-def _tokens_per_step(cfg: Config) -> float:
-    return cfg.global_batch * cfg.train.seq_len
-
-
 def finished_reference(path: Path) -> rundata.Run:
     """The run at `path`, refused unless it finished (status ok) every step its config asked for: a candidate is
     only ever compared with a whole reference, and nothing trains before that is known."""
@@ -103,20 +99,33 @@ def plan(args: argparse.Namespace) -> tuple[list[str], Config, list[tuple[list[s
     planned = []
     for cand in candidates:
         cfg = load(base + cand, warn=False)
-        if cfg.model != ref_cfg.model:
+        why = comparable.differs(_setup(ref_cfg), _setup(cfg))
+        if why == "another model":
             changed = sorted(k for k, v in cfg.model.model_dump().items() if v != ref_cfg.model.model_dump().get(k))
             raise VerifyError(
                 f"candidate {' '.join(cand)} changes the model ({', '.join(f'model.{k}' for k in changed)}); another "
                 "model's losses are not comparable. An equivalence check keeps the model fixed."
             )
-        if _tokens_per_step(cfg) != _tokens_per_step(ref_cfg) or cfg.train.steps != ref_cfg.train.steps:
+        if why or cfg.train.steps != ref_cfg.train.steps:
             raise VerifyError(
-                f"candidate {' '.join(cand)} changes tokens/step or steps ({_tokens_per_step(cfg):g} tokens x "
-                f"{cfg.train.steps} vs the reference's {_tokens_per_step(ref_cfg):g} x {ref_cfg.train.steps}); "
-                "an equivalence check keeps both fixed."
+                f"candidate {' '.join(cand)} changes the setup or the steps ({why or 'same setup'}; "
+                f"{cfg.train.steps} steps vs the reference's {ref_cfg.train.steps}); an equivalence check keeps both "
+                "fixed."
             )
         planned.append((cand, cfg))
     return base, ref_cfg, planned
+
+
+def _setup(cfg: Config) -> comparable.Setup:
+    return comparable.Setup.of(cfg.model_dump(), cfg.num_devices)
+
+
+def _speed(ref_dir: Path, where: Path) -> str:
+    """The candidate's speed against the reference (observe.reports.comparable), or why there is none."""
+    try:
+        return comparable.runs(rundata.load(ref_dir), rundata.load(where)).text()
+    except MoekitError as exc:
+        return f"n/a ({exc})"
 
 
 def _train(cfg: Config, overrides: list[str], where: Path) -> Path:
@@ -150,14 +159,16 @@ def run(args: argparse.Namespace) -> int:
                 reference, metrics.read(_train(cand_cfg, base + cand, where) / rundir.METRICS), args.rtol, args.atol
             )
             text, ok = compare.describe(verdict, args.rtol, args.atol), verdict.ok
+            speed = _speed(ref_dir, where)
         except MoekitError as exc:
-            text, ok, verdict = f"did not train: {exc}", False, None
+            text, ok, verdict, speed = f"did not train: {exc}", False, None, "n/a (did not train)"
         results.append(
             {
                 "candidate": redact.redact_assignments(cand),
                 "run_dir": str(where),
                 "ok": ok,
                 "result": text,
+                "speed_vs_reference": speed,
                 "first_diverging_step": None if verdict is None or verdict.ok else verdict.first.step,
             }
         )
@@ -174,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nmoekit verify: reference {' '.join(redact.redact_assignments(base))}  ({ref_dir})")
     for r in results:
         print(f"  {'PASS' if r['ok'] else 'FAIL'}  {' '.join(r['candidate'])}: {r['result']}")
+        print(f"        tokens/s/device against the reference: {r['speed_vs_reference']}")
     failed = sum(not r["ok"] for r in results)
     print(
         f"moekit verify: {len(results) - failed} of {len(results)} candidate(s) equivalent; details in {out / RESULT}"

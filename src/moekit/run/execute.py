@@ -32,7 +32,7 @@ from moekit.observe.profiles import profile
 from moekit.observe.runs import events, metrics, progress, summary
 from moekit.preflight import host as preflight
 from moekit.prepare import corpus
-from moekit.run import checkpoints, compiling, launch, preemption, view, watchdog
+from moekit.run import checkpoints, compiling, host_load, launch, preemption, view, watchdog
 from moekit.rundir import attempts, records
 from moekit.translate import job as jobmod
 from moekit.translate import rendezvous as rz
@@ -233,7 +233,9 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         outcome = launch.Outcome([0] * len(specs), None, 0.0, ended_at=time.monotonic())
         notice = preemption.Notice(saves=False)
     else:
-        outcome, notice = _launch(ctx, specs)
+        with host_load.Sampler().running() as load:
+            outcome, notice = _launch(ctx, specs)
+        manifest.host_load = load.result
 
     unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
     # This attempt's own records, before they join the earlier ones: those of this launcher's first process (a
@@ -274,6 +276,8 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
             )
             or {}
         )
+    manifest.wall_s = round(outcome.wall_s, 2)
+    walls = [*(a.get("wall_s") for a in history), manifest.wall_s]  # each attempt's; None: it recorded none
     record = records.Summary(
         experiment=cfg.experiment_name,
         run_dir=str(run),
@@ -288,7 +292,8 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         },
         peak_tflops=cfg.hardware.peak_tflops.model_dump(),
         peak_source=cfg.hardware.peak_source,
-        wall_s=round(outcome.wall_s, 2),
+        wall_s=round(sum(w for w in walls if w is not None), 2),
+        wall_s_attempts=walls,
         stats=stats,
     )
     _survive(unrecorded, rundir.SUMMARY, records.write_summary, run, record)

@@ -64,10 +64,14 @@ class Manifest:
     """run/preemption.py's stop record (signal, last step, checkpoint, steps lost, signal to exit) when preempted."""
     incomplete: list[str] | None = None
     """What could not be recorded or logged (a full disk)."""
+    wall_s: float | None = None
+    """This attempt's wall time, launch to end (each attempt's entry keeps its own)."""
+    host_load: dict[str, Any] | None = None
+    """run/host_load.py's record of how busy the host was over this attempt, and with what besides the run."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     _BASE = ("experiment", "started", "overrides", "attempt", "resumed_from_checkpoint", "attempts")
-    _OUTCOME = ("status", "ended", "returncodes", "failed_rank", "failure")
+    _OUTCOME = ("status", "ended", "returncodes", "failed_rank", "failure", "wall_s", "host_load")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, keys in the order moekit has always written them."""
@@ -142,10 +146,23 @@ class Summary:
     peak_tflops: dict[str, Any] = field(default_factory=dict)
     peak_source: str | None = None
     wall_s: float | None = None
+    """The run's wall time: every attempt's, summed (an attempt that recorded none adds nothing)."""
+    wall_s_attempts: list[float | None] = field(default_factory=list)
+    """Each attempt's wall time, first to last; None for an attempt that recorded none (killed)."""
     stats: dict[str, Any] = field(default_factory=dict)
     """observe.runs.summary.summarize() of the metrics: steps, step_time_s, tflops_per_device, mfu, losses, ..."""
 
-    _FIELDS = ("experiment", "run_dir", "hardware", "devices", "provenance", "peak_tflops", "peak_source", "wall_s")
+    _FIELDS = (
+        "experiment",
+        "run_dir",
+        "hardware",
+        "devices",
+        "provenance",
+        "peak_tflops",
+        "peak_source",
+        "wall_s",
+        "wall_s_attempts",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: the provenance fields, then the statistics."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from moekit import rundir
 from moekit.base import failures
+from moekit.observe.reports import comparable
 from moekit.rundir import records
 from moekit.series import tuning
 
@@ -100,7 +101,10 @@ def run(
             "versions": provenance.get("versions"),
             "date": provenance.get("date"),
             "devices": recorded.devices,
+            "spread": comparable.Measured.of(stats, None).spread,
         }
+    if manifest is not None and manifest.host_load:
+        result["others_share"] = manifest.host_load.get("others_share")
     peak = _json(run_dir / rundir.PEAK_MEMORY)
     if peak.get("peak_bytes_in_use"):
         result["peak_memory_gib"] = round(peak["peak_bytes_in_use"] / 2**30, 2)

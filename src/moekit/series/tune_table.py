@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from moekit.base.figures import significant
 from moekit.series import tuning
 
 
@@ -29,20 +30,20 @@ def format_failures(runs: list[dict[str, Any]]) -> str:
 
 
 def format_table(runs: list[dict[str, Any]]) -> str:
-    """Every run as a markdown table row: role, overrides, status, speed, memory and the loss check."""
+    """Every run as a markdown table row: role, overrides, status, speed (figures with significant digits; a
+    candidate's speed against its reference by observe.reports.comparable), memory and the loss check."""
     lines = [
-        "| role | overrides | status | why | s/step | TFLOP/s/dev | tokens/s/dev | peak GiB | check | accepted |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| role | overrides | status | why | s/step | TFLOP/s/dev | tokens/s/dev | vs reference | peak GiB | check "
+        "| accepted |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-
-    def f(x: Any, fmt: str) -> str:
-        return "-" if x is None else format(x, fmt)
 
     for r in runs:
         lines.append(
             f"| {r['role']} | `{tuning.label(r['overrides'])}` | {r['status']} | {_why(r)} "
-            f"| {f(r.get('step_time_s'), '.3f')} "
-            f"| {f(r.get('tflops_per_device'), '.1f')} | {f(r.get('tokens_per_s_per_device'), '.0f')} "
-            f"| {f(r.get('peak_memory_gib'), '.1f')} | {r.get('check', '-')} | {'yes' if r.get('accepted') else 'no'} |"
+            f"| {significant(r.get('step_time_s'))} "
+            f"| {significant(r.get('tflops_per_device'))} | {significant(r.get('tokens_per_s_per_device'))} "
+            f"| {r.get('vs_reference', '-')} | {significant(r.get('peak_memory_gib'))} | {r.get('check', '-')} "
+            f"| {'yes' if r.get('accepted') else 'no'} |"
         )
     return "\n".join(lines)

@@ -13,7 +13,7 @@ from typing import Any
 from moekit.base import failures
 from moekit.config import sweeps
 from moekit.config.schema import Config
-from moekit.observe.reports import compare
+from moekit.observe.reports import comparable, compare
 
 # The loss gate's tolerance (the rule itself is observe.reports.compare's).
 RTOL, ATOL = compare.TUNE.rtol, compare.TUNE.atol
@@ -53,6 +53,21 @@ def classify(failure: failures.Failure | None) -> str:
 def batch_key(cfg: Config) -> tuple[float, int]:
     """What must match for a loss comparison: tokens per step on each device."""
     return (float(cfg.train.per_device_batch_size), cfg.train.seq_len)
+
+
+def setup(cfg: Config) -> comparable.Setup:
+    """What must match for two runs to compare (observe.reports.comparable): model, tokens per step, hardware."""
+    return comparable.Setup.of(cfg.model_dump(), cfg.num_devices)
+
+
+def versus(cfg: Config, reference: dict[str, Any], result: dict[str, Any]) -> comparable.Comparison:
+    """A candidate's speed against its reference (trial results; `cfg`: the candidate's config, whose setup its
+    reference shares): a speed-up, or why there is none (another host load, within the runs' own spread)."""
+
+    def measured(r: dict[str, Any]) -> comparable.Measured:
+        return comparable.Measured(r.get("tokens_per_s_per_device"), r.get("spread"), r.get("others_share"))
+
+    return comparable.compare(setup(cfg), measured(reference), setup(cfg), measured(result))
 
 
 def fastest(results: Iterable[dict[str, Any]]) -> dict[str, Any] | None:

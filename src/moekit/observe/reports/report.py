@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from moekit.observe.profiles.profile_rules import BUCKETS
-from moekit.observe.reports import fabric_report
+from moekit.observe.reports import comparable, fabric_report
 from moekit.observe.runs import summary
 from moekit.observe.runs.rundata import Run
 
@@ -127,38 +127,13 @@ def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
 BASIS = "tokens/s/device"
 
 
-def tokens_per_step(r: Run) -> float | None:
-    """Tokens each device trains on per step (per-device batch x sequence length), from the run's config."""
-    t = r.config.get("train") or {}
-    try:
-        return float(t["per_device_batch_size"]) * int(t["seq_len"])
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def not_comparable(base: Run, r: Run) -> str | None:
-    """Why a speed-up of `r` over `base` would mislead (another model, other tokens per step, no steady number),
-    or None when it may be computed."""
-    if _key(base.config.get("model")) != _key(r.config.get("model")):
-        return "another model"
-    a, b = tokens_per_step(base), tokens_per_step(r)
-    if a is None or a != b:
-        return f"other tokens per step ({_num(b, 'g')} vs {_num(a, 'g')} per device)"
-    if not base.summary.get(TOKENS_KEY) or not r.summary.get(TOKENS_KEY):
-        return "too few steady steps"
-    return None
-
-
 TOKENS_KEY = "tokens_per_s_per_device"
-
-
-def _key(value: Any) -> str:
-    return repr(sorted(value.items())) if isinstance(value, dict) else repr(value)
 
 
 def comparison_table(runs: Sequence[Run], names: Sequence[str]) -> str:
     """The ablation view: every run against the first one, on tokens/s per device, only where the two runs are
-    comparable (same model, same tokens per step); elsewhere the cell says why not."""
+    comparable (observe.reports.comparable: same model, tokens per step and hardware, a like host load, a difference
+    outside the runs' spread); elsewhere the cell says why not."""
     base = runs[0]
     base_loss = base.summary.get("final_loss")
     header = ["run", "status", "step time s", f"speed-up vs first ({BASIS})", "TFLOP/s/device", "tokens/s/device"]
@@ -167,15 +142,15 @@ def comparison_table(runs: Sequence[Run], names: Sequence[str]) -> str:
     for name, r in zip(names, runs, strict=True):
         s = r.summary
         loss = s.get("final_loss")
-        why = not_comparable(base, r)
-        dloss = "n/a" if loss is None or base_loss is None or why == "another model" else f"{loss - base_loss:+.2e}"
-        speed = f"n/a ({why})" if why else f"{s[TOKENS_KEY] / base.summary[TOKENS_KEY]:.2f}x"
+        speed = comparable.runs(base, r)
+        other_model = speed.why == "another model"
+        dloss = "n/a" if loss is None or base_loss is None or other_model else f"{loss - base_loss:+.2e}"
         rows.append(
             [
                 name,
                 status(r),
                 _steady(s, "median", ""),
-                speed,
+                speed.text(),
                 _steady(s, "tflops_per_device", ".4g"),
                 _steady(s, TOKENS_KEY, ".1f"),
                 _num(loss, ".4f"),
@@ -299,9 +274,11 @@ def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
     ]
     if len(runs) > 1:
         out.append(
-            "Speed-up: tokens/s/device relative to the first run, only for runs of the same model and the same "
-            "tokens per step on each device (per-device batch x sequence length); other runs show why not. "
-            "Never step time."
+            "Speed-up: tokens/s/device relative to the first run, only for runs of the same model, the same tokens "
+            "per step on each device (per-device batch x sequence length) and the same hardware, whose hosts were "
+            f"as busy (others' share of the CPU within {comparable.LOAD_GAP:.0%}) and whose difference lies outside "
+            "their own spread (steady step times' stdev / median); other runs show why not, with the ratio where "
+            "there is one. Never step time."
         )
     peaks = {(r.hardware.get("name"), r.hardware.get("peak_source")) for r in runs}
     out += [f"Peaks of {hw}: {src}" for hw, src in sorted(peaks, key=str)]

@@ -1,0 +1,126 @@
+"""Whether two runs compare, and what their speed comparison may say (pure): the one rule of report, tune and verify.
+
+Two runs compare when they train the same model on the same tokens per step per device, on the same hardware
+(its name and device count): otherwise a speed-up measures the change of setup. Two measured rates then make a
+speed-up only when the host was as busy for both (the share of the host's CPU other processes took, from each
+run's manifest: run/host_load.py, within LOAD_GAP) and their difference lies outside the runs' own spread (the
+larger relative standard deviation of their steady step times). Otherwise the comparison says which, instead of
+a speed-up. docs/metrics.md, "Comparing runs", states the rule with its measurements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from moekit.observe.runs.rundata import Run
+
+LOAD_GAP = 0.15  # others' share of the host's CPU (0-1) that may differ between two compared runs
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What a run trains and on what: its model section, tokens per step on each device, hardware and devices."""
+
+    model: Any
+    tokens_per_step: float | None
+    hardware: str | None
+    devices: int | None
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any], devices: int | None) -> Setup:
+        """From a run's resolved config (config.yaml's mapping, or Config.model_dump()) and its device count."""
+        train = config.get("train") or {}
+        try:
+            tokens = float(train["per_device_batch_size"]) * int(train["seq_len"])
+        except (KeyError, TypeError, ValueError):
+            tokens = None
+        return cls(config.get("model"), tokens, (config.get("hardware") or {}).get("name"), devices)
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What a run measured, as a comparison needs it: steady tokens/s per device, the relative spread of its steady
+    step times (stdev / median), and others' share of the host's CPU over the run."""
+
+    rate: float | None
+    spread: float | None = None
+    others_share: float | None = None
+
+    @classmethod
+    def of(cls, stats: Mapping[str, Any], host_load: Mapping[str, Any] | None) -> Measured:
+        """From a summary's statistics (observe.runs.summary) and the manifest's host_load record."""
+        st = stats.get("step_time_s") or {}
+        spread = st["stdev"] / st["median"] if st.get("median") and st.get("stdev") is not None else None
+        return cls(stats.get("tokens_per_s_per_device"), spread, (host_load or {}).get("others_share"))
+
+
+def differs(base: Setup, other: Setup) -> str | None:
+    """Why `other` does not compare with `base` (another model, other tokens per step, other hardware), or None."""
+    if _key(base.model) != _key(other.model):
+        return "another model"
+    if base.tokens_per_step is None or base.tokens_per_step != other.tokens_per_step:
+        return f"other tokens per step ({_g(other.tokens_per_step)} vs {_g(base.tokens_per_step)} per device)"
+    if (base.hardware, base.devices) != (other.hardware, other.devices):
+        return f"other hardware ({other.hardware} x{other.devices} vs {base.hardware} x{base.devices})"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """A speed comparison: the ratio (other / base), and why it is no speed-up (`why`), if it is not."""
+
+    ratio: float | None
+    why: str | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """The ratio, when it is a speed-up the runs can stand behind."""
+        return None if self.why else self.ratio
+
+    def text(self) -> str:
+        """'1.23x', or 'n/a (why)' with the ratio where there is one."""
+        if self.why is None and self.ratio is not None:
+            return f"{self.ratio:.2f}x"
+        seen = f"; ratio {self.ratio:.2f}" if self.ratio is not None else ""
+        return f"n/a ({self.why}{seen})"
+
+
+def compare(base_setup: Setup, base: Measured, setup: Setup, other: Measured) -> Comparison:
+    """The speed of `other` relative to `base`, or why it is none: the setups differ, a rate is missing, the host
+    was busier for one run, or the difference lies within the runs' own spread."""
+    if why := differs(base_setup, setup):
+        return Comparison(None, why)
+    if not base.rate or not other.rate:
+        return Comparison(None, "too few steady steps")
+    ratio = other.rate / base.rate
+    if base.others_share is None or other.others_share is None:
+        load = None if base.others_share == other.others_share else "host load recorded for one run only"
+    elif abs(base.others_share - other.others_share) > LOAD_GAP:
+        load = f"different host load: others took {base.others_share:.0%} vs {other.others_share:.0%} of the CPU"
+    else:
+        load = None
+    if load:
+        return Comparison(ratio, load)
+    spread = max((s for s in (base.spread, other.spread) if s is not None), default=None)
+    if spread is not None and abs(ratio - 1) <= spread:
+        return Comparison(ratio, f"within the runs' own spread (±{spread:.0%})")
+    return Comparison(ratio)
+
+
+def runs(base: Run, other: Run) -> Comparison:
+    """compare() of two loaded run directories: their configs, summaries and manifests' host load."""
+
+    def side(r: Run) -> tuple[Setup, Measured]:
+        return Setup.of(r.config, r.devices), Measured.of(r.summary, r.manifest.host_load)
+
+    return compare(*side(base), *side(other))
+
+
+def _key(value: Any) -> str:
+    return repr(sorted(value.items())) if isinstance(value, dict) else repr(value)
+
+
+def _g(v: float | None) -> str:
+    return "?" if v is None else format(v, "g")
