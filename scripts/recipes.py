@@ -13,6 +13,8 @@ so a page cannot drift from its experiment (tests/test_recipes.py fails when one
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import re
 import sys
@@ -22,7 +24,6 @@ from typing import Any
 import yaml
 
 from moekit.base import failures
-from moekit.base.maxtext_files import model_values
 from moekit.config.checks import warnings
 from moekit.config.compose import config_dir, group_options
 from moekit.config.load import load
@@ -88,14 +89,16 @@ def _base_image() -> str:
     return m.group(1) if m else "?"
 
 
-def _plan(cfg: Config) -> dict[str, Any]:
-    from moekit import plan
+def _plan(name: str) -> dict[str, Any]:
+    """What `moekit plan experiment=<name> --format json` prints, run in this process (the command's own code)."""
+    from moekit.commands import plan as plan_cmd
 
-    data = Path(plan.__file__).resolve().parents[1] / "data"
-    base, model_file = model_values(cfg.model.name)
-    links = yaml.safe_load((data / "links.yaml").read_text())
-    calibration = yaml.safe_load((data / "plan_calibration.yaml").read_text())
-    return plan.build(cfg, base, model_file, links, calibration, None, [])
+    parser = argparse.ArgumentParser()
+    plan_cmd.add_arguments(parser)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        plan_cmd.run(parser.parse_args([f"experiment={name}", "--format", "json"]))
+    return json.loads(out.getvalue())
 
 
 def _peak(cfg: Config) -> tuple[str, float | None]:
@@ -229,14 +232,19 @@ def _expected(cfg: Config, name: str, p: dict[str, Any]) -> list[str]:
         gpus = f" on {prov.gpus} GPUs" if prov.gpus else ""
         out += [f"- {prov.kind} ({prov.source}){gpus}: {', '.join(numbers)} (the experiment's `expect:` block)"]
     out += _measured(name)
-    s = p.get("step")
     mem = p["memory"]
-    if s and not out:  # nothing measured or published: the plan's figure, as a forecast
+    # The plan's forecast where it has one; else its step-time model at the datasheet peak (a bound, said so).
+    f, what = (p["forecast"], "forecast") if p.get("forecast") else (p.get("step"), "step-time model")
+    if f and not out:  # nothing measured or published: the plan's figure, labelled as what it is
+        how = (
+            f"at {f['compute_tflops']:g} TFLOP/s while computing ({f['compute_source']})"
+            if "compute_tflops" in f
+            else ""
+        )
         out += [
             "",
-            f"- forecast, not measured (`moekit plan experiment={name}`): {s['step_s']:.3g} s/step, "
-            f"{s['tflops_per_device']:.0f} TFLOP/s per device at {s['compute_tflops']:g} TFLOP/s while computing "
-            f"({s['compute_source']}); device memory {mem['device_gib']:.1f} GiB"
+            f"- forecast, not measured (`moekit plan experiment={name}`, its {what}): {f['step_s']:.3g} s/step, "
+            f"{f['tflops_per_device']:.0f} TFLOP/s per device {how}; device memory {mem['device_gib']:.1f} GiB"
             + (f" of {mem['device_limit_gib']:.1f} usable" if mem.get("device_limit_gib") else ""),
         ]
     elif not out:
@@ -282,7 +290,7 @@ def _strip(lines: list[str]) -> list[str]:
 def page(name: str) -> str:
     """The recipe page of one experiment."""
     cfg = load([f"experiment={name}"], warn=False)
-    p = _plan(cfg)
+    p = _plan(name)
     c, hw, m = cfg.cluster, cfg.hardware, cfg.model
     unit = "GPUs" if hw.platform == "gpu" else "CPU devices"
     dtype, peak = _peak(cfg)
