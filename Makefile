@@ -7,7 +7,7 @@ PIP_QUIET := --quiet --disable-pip-version-check
 LOCK := requirements/cpu.lock
 export PYTHONWARNINGS := ignore::UserWarning:hydra,ignore::FutureWarning:hydra
 
-.PHONY: help venv smoke test test-fast lint lock clean k8s
+.PHONY: help venv smoke test test-fast lint lock clean k8s recipes
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -37,6 +37,9 @@ test-fast: venv  ## unit tests only
 
 k8s: venv  ## re-render the JobSets in k8s/ from the command in each file's header (CI diffs them)
 	$(VENV)/bin/moekit render --refresh k8s
+
+recipes: venv  ## regenerate docs/recipes/ from each experiment's config (tests/test_recipes.py diffs them)
+	$(PY) scripts/recipes.py
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check src tests

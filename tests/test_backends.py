@@ -45,3 +45,36 @@ def test_no_module_tells_back_ends_apart_by_name():
         if BY_NAME.search(line)
     ]
     assert found == []
+
+
+def test_a_backends_own_package_keeps_the_contract_and_sits_below_translate():
+    """The row's `hook` names a package that translate, the worker and preflight load by that name alone."""
+    import importlib
+
+    from test_layers import FLOOR
+
+    hooked = [b for b in BACKENDS.values() if b.hook]
+    assert hooked  # moe=te_gmm
+    for b in hooked:
+        assert FLOOR[b.hook] < FLOOR["translate"], b.name  # loaded by name, so never an import upward
+        assert callable(importlib.import_module(b.hook_module("")).engaged)
+        assert callable(importlib.import_module(b.hook_module("job_env")).entries)
+        assert callable(importlib.import_module(b.hook_module("hook")).install_from_env)
+        assert callable(importlib.import_module(b.hook_module("preflight")).problems)
+
+
+def test_no_module_names_a_backends_own_package_outside_it():
+    """Only the package itself (and the bench, which times its GEMM) imports it; everyone else goes through the row."""
+    src = REPO / "src" / "moekit"
+    for b in BACKENDS.values():
+        if not b.hook:
+            continue
+        rx = re.compile(rf"\bmoekit(\.|\s+import\s+){b.hook}\b")
+        found = [
+            f"{path.relative_to(src)}:{n}"
+            for path in src.rglob("*.py")
+            if b.hook not in path.parts and "bench" not in path.parts
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if rx.search(line)
+        ]
+        assert found == [], b.hook

@@ -820,9 +820,9 @@ def test_te_backend_without_transformer_engine():
 
     assert importlib.util.find_spec("transformer_engine") is None
     host = preflight.Host({})
-    (found,) = preflight.te_present(compose("dsv3_proxy_h200", ["moe=te"]), host)
-    assert re.search(r"moe=te: runs TransformerEngine.*moe=tokamax", str(found), re.S)
-    assert not list(preflight.te_present(compose("dsv3_proxy_h200", []), host))  # other back ends need no TE
+    (found,) = preflight.packages_present(compose("dsv3_proxy_h200", ["moe=te"]), host)
+    assert re.search(r"moe=te: transformer_engine is not importable.*moe=tokamax", str(found), re.S)
+    assert not list(preflight.packages_present(compose("dsv3_proxy_h200", []), host))  # other back ends need no TE
 
 
 # ---- values arrive as typed: an environment variable or a node label is text ----

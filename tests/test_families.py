@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -14,23 +15,52 @@ from conftest import REPO, compose, losses, moekit
 from moekit.base.maxtext_files import model_values
 from moekit.config.checks import problems
 from moekit.config.compose import group_options
+from moekit.config.families import FAMILIES
+from moekit.config.schema import DecoderBlock
 from moekit.plan import resolved_values
 from moekit.plan.model import Dims
+from name_compares import compared
 from test_experiments import maxtext_verdicts
 
 CONF = REPO / "conf"
 MODELS = group_options("model")
 LADDER = group_options("ladder")
-# experiment -> (the rungs moekit refuses, with a phrase of the reason)
-LAYOUTS = {
-    "dsv3_baseline": {},
-    "qwen3_235b_64gpu": {"5_nccl_ep": "norm_topk_prob"},
-    "mixtral_8x22b_32gpu": {},
-    "dsv2_lite_8gpu": {},
-    "gpt_oss_120b_16gpu": {"5_nccl_ep": "clamped GLU"},
-    "llama4_maverick_64gpu": {"5_nccl_ep": "Llama4 routing"},
-}
-TINY = ["qwen3_moe_tiny", "mixtral_tiny", "deepseek2_tiny", "gpt_oss_tiny", "llama4_tiny"]
+TE_RUNG = "5_nccl_ep"  # the ladder's rung onto TE's MoE block (moe=te), which some families cannot run
+# Each family's layout experiments -> the rungs moekit refuses, with the reason its row gives (config/families.py).
+LAYOUTS = {e: ({TE_RUNG: f.te_moe_block} if f.te_moe_block else {}) for f in FAMILIES.values() for e in f.layouts}
+TINY = [f.tiny for f in FAMILIES.values()]
+
+
+# ---- the family table (config/families.py) names the families everywhere they must be ----
+
+
+def test_the_schema_choices_are_the_rows():
+    assert typing.get_args(DecoderBlock) == tuple(FAMILIES)
+
+
+def test_every_model_option_is_of_a_family_and_every_family_has_its_files():
+    blocks = {m: compose("smoke", [f"model={m}"]).model.decoder_block for m in MODELS}
+    assert set(blocks.values()) == set(FAMILIES)
+    experiments = group_options("experiment")
+    for f in FAMILIES.values():
+        assert blocks.get(f.tiny) == f.decoder_block, f.decoder_block
+        assert f.layouts and set(f.layouts) <= set(experiments), f.decoder_block
+        assert all(compose(e).model.decoder_block == f.decoder_block for e in f.layouts), f.decoder_block
+
+
+def test_the_adapting_guide_has_a_line_per_family():
+    guide = (REPO / "docs" / "adapting.md").read_text()
+    for f in FAMILIES.values():
+        line = next((ln for ln in guide.splitlines() if ln.startswith("|") and f"(`{f.decoder_block}`)" in ln), "")
+        assert line, f"docs/adapting.md has no family line for {f.decoder_block}"
+    rows = [ln for ln in guide.splitlines() if ln.startswith("| ") and "(`" in ln]
+    for f in FAMILIES.values():
+        mine = " ".join(ln for ln in rows if f"(`{f.decoder_block}`)" in ln)
+        assert all(name in mine for name in (f.tiny, *f.layouts)), f.decoder_block
+
+
+def test_no_module_tells_families_apart_by_name():
+    assert compared(FAMILIES, ["config/families.py"]) == []
 
 
 # ---- model options say what MaxText's model files say ----
@@ -199,11 +229,11 @@ def test_every_family_climbs_the_ladder(case, ladder_verdicts):
         assert any(refused in p for p in found), found
     else:
         assert found == []
-    if not refused or refused == "clamped GLU":  # moekit's own refusal: MaxText would take it
+    if not refused or not refused.startswith("MaxText refuses"):  # moekit's own refusal: MaxText would take it
         assert ladder_verdicts[case] is None, ladder_verdicts[case]
     else:
         assert ladder_verdicts[case] is not None
-    steps = {"0": "ragged_dot", "1": "te_gmm", "5": "te"}
+    steps = {"0": "ragged_dot", "1": "te_gmm", "5": "te"}  # the rungs' back ends (conf/ladder/)
     assert cfg.moe.backend == steps.get(rung[0], cfg.moe.backend)
     if rung >= "3":
         assert cfg.precision.name == cfg.hardware.low_precision != "bf16"

@@ -27,6 +27,8 @@ class FailureClass:
     """Regular expressions searched in the log tail (first class with a match wins)."""
     whole_log: bool = False
     """Search every line of the log, not only the tail."""
+    trial_status: str = "failed"
+    """What a series (series/tuning.py) calls a trial that ended with this class: failed, oom or timeout."""
 
     def failure(self, returncode: int, evidence: str) -> Failure:
         """A failure of this class with its exit status and evidence (the classes moekit sets, not read from a log)."""
@@ -76,6 +78,7 @@ CLASSES = (
             r"\bOOM\b",
             r"\bMemoryError\b",
         ),
+        trial_status="oom",
     ),
     FailureClass(
         "nccl_error",
@@ -131,10 +134,13 @@ PREEMPTED = FailureClass("preempted", "preempted", ())
 HANG = FailureClass("hang", "hang", ())
 # What a series (series/trial.py) reads of a `moekit train` child that recorded no class of its own: still running
 # at its time limit, refused before launching anything, or ended without writing its manifest's outcome.
-TIMEOUT = FailureClass("timeout", "timed out", ())
+TIMEOUT = FailureClass("timeout", "timed out", (), trial_status="timeout")
 REFUSED = FailureClass("refused", "refused before launch", ())
 UNRECORDED = FailureClass("error", "ended without a record", ())
 ALL = (*CLASSES, KILLED, PREEMPTED, HANG, TIMEOUT, REFUSED, UNRECORDED, OTHER)
+BY_NAME = {c.name: c for c in ALL}  # "error": OTHER, the last (UNRECORDED shares its name and its meaning)
+# The classes moekit acts on beyond printing them.
+CORRUPT_CHECKPOINT = BY_NAME["corrupt_checkpoint"]  # run/checkpoints.py sets the checkpoint aside and resumes
 
 # Written by moekit.worker around jax.distributed.initialize.
 JOINING = "moekit: joining rendezvous"

@@ -15,6 +15,7 @@ from moekit.config.schema import Config
 from moekit.render import document
 from moekit.render import validate as val
 from moekit.render.targets import TARGETS, Target
+from moekit.rundir.output import write_output
 
 HELP = "write the composed config as a JobSet manifest or a Slurm batch script"
 
@@ -62,24 +63,16 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
 def recorded_command(path: Path) -> tuple[list[str], str | None]:
     """(overrides, -o label) from the '# render: moekit render ...' line of a rendered file."""
     try:
-        head = path.read_text(encoding="utf8", errors="replace").splitlines()[:6]
+        text = path.read_text(encoding="utf8", errors="replace")
     except OSError as exc:
         raise MoekitError(
             f"{path}: cannot read it ({exc.strerror}).\n  fix: make it readable, or move it out of the folder"
         ) from None
-    fix = f"  fix: render it again with `moekit render ... -o {path}`, or move it out of the folder"
-    for line in head:
-        if line.startswith("# render: "):
-            try:
-                words = shlex.split(line.removeprefix("# render: "))
-            except ValueError as exc:
-                raise MoekitError(f"{path}: its '# render:' line cannot be read ({exc}).\n{fix}") from None
-            if words[:2] != ["moekit", "render"] or words[-1:] == ["-o"]:
-                raise MoekitError(f"{path}: its '# render:' line is not a `moekit render` command.\n{fix}")
-            words = words[2:]
-            label = words[words.index("-o") + 1] if "-o" in words else None
-            return [w for i, w in enumerate(words) if w != "-o" and (i == 0 or words[i - 1] != "-o")], label
-    raise MoekitError(f"{path} has no '# render: moekit render ...' header line; it was not written by moekit render")
+    try:
+        return document.recorded_command(text)
+    except document.HeaderError as exc:
+        fix = f"  fix: render it again with `moekit render ... -o {path}`, or move it out of the folder"
+        raise MoekitError(f"{path}: {exc}.\n{fix}") from None
 
 
 def refresh(folder: Path) -> list[Path]:
@@ -99,41 +92,6 @@ def refresh(folder: Path) -> list[Path]:
     for path, text in rendered:  # every file renders before any is replaced
         write_output(path, text)
     return [path for path, _ in rendered]
-
-
-def write_output(path: Path, text: str) -> None:
-    """Replace `path` with `text` atomically (a temporary file renamed over it): on any failure the old file is
-    intact and the error names the path and a fix. A new file gets the usual mode, a replaced one keeps its own."""
-    import errno
-    import os
-
-    from moekit import rundir
-
-    if path.is_dir():
-        raise MoekitError(f"-o {path}: is a directory.\n  fix: give a file path, e.g. -o {path / 'job.yaml'}")
-    try:
-        if path.exists() and not path.is_file():  # /dev/stdout, a pipe: written into, never replaced
-            with open(path, "w", encoding="utf8") as fh:
-                fh.write(text)
-            return
-        mode = path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask()
-        rundir.write_atomic(path, text)
-        os.chmod(path, mode)
-    except OSError as exc:
-        full = exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-        fix = "free space there, or write elsewhere with -o" if full else "write to a folder you can write to with -o"
-        raise MoekitError(
-            f"-o {path}: could not write it ({exc.strerror}); "
-            f"{'the existing file is unchanged' if path.exists() else 'nothing was written'}.\n  fix: {fix}"
-        ) from None
-
-
-def _umask() -> int:
-    import os
-
-    current = os.umask(0)
-    os.umask(current)
-    return current
 
 
 def run(args: argparse.Namespace) -> int:

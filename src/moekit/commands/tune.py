@@ -21,17 +21,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from moekit import rundir
 from moekit.base.errors import ConfigError, MoekitError
 from moekit.base.figures import significant
 from moekit.config import formats
-from moekit.config.compose import GROUPS, config_dir
+from moekit.config.compose import config_dir
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.observe.reports import comparable, compare
-from moekit.series import trial, tuning
+from moekit.series import host_fit, trial, tune_table, tuning
+from moekit.series.preset import preset_yaml
 
 HELP = "sweep configurations through moekit train, discard OOM/diverging ones, write the fastest as a preset"
 
@@ -112,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     if why := formats.EXPERIMENT_NAME.problem(name):  # it names conf/experiment/<name>.yaml and its experiment_name
         raise ConfigError(f"--name {name!r} {why}.\n  fix: --name {experiment or 'default'}_tuned")
     candidates, references = _plan(args)
-    runs_here(args.overrides, candidates[0][1])  # the base is the first candidate, checked
+    host_fit.runs_here(args.overrides, candidates[0][1])  # the base is the first candidate, checked
     target = config_dir() / "experiment" / f"{name}.yaml"
     if args.write_preset and target.exists():
         raise ConfigError(
@@ -163,8 +162,8 @@ def run(args: argparse.Namespace) -> int:
                 r["vs_reference"] = tuning.versus(cfg, ref, r).text()
         runs.append(r)
         save()
-    print(format_table(runs))
-    print(format_failures(runs))
+    print(tune_table.format_table(runs))
+    print(tune_table.format_failures(runs))
     best = tuning.fastest(r for r in runs if r["role"].startswith("candidate"))
     if best is None:
         unranked = [r for r in runs if r["role"].startswith("candidate") and r.get("accepted")]
@@ -194,118 +193,3 @@ def run(args: argparse.Namespace) -> int:
             f"  {shlex.join(['cp', str(preset), str(target)])}\n  moekit train experiment={name}"
         )
     return 0
-
-
-# What tune runs on a host without the base's accelerator: the same sweep on the CPU smoke model.
-CPU_FORM = "moekit tune experiment=smoke --axis train.per_device_batch_size=2,4"
-
-
-def runs_here(base: list[str], cfg: Config) -> None:
-    """Refuse, before any folder or run, a sweep whose base needs what this host lacks (GPUs, TransformerEngine):
-    every trial would be refused one by one."""
-    import os
-
-    from moekit.preflight import host as preflight
-
-    host = preflight.Host(dict(os.environ))
-    probes = (preflight.gpus_present, preflight.te_present, preflight.te_gmm_ready)
-    found = [p for probe in probes for p in probe(cfg, host) if not isinstance(p, str)]
-    if found:
-        body = "\n".join(f"  - {p}" for p in found)
-        raise MoekitError(
-            f"the sweep's base ({tuning.label(base)}) cannot run on this host; nothing was launched:\n{body}\n"
-            f"  fix: run the tune on a host that has them, or tune the CPU form here: {CPU_FORM}"
-        )
-
-
-def _why(r: dict[str, Any]) -> str:
-    """A failed run's class, e.g. 'configuration error' (the table); format_failures gives the evidence."""
-    f = r.get("failure")
-    return f["title"] if f else "-"
-
-
-def format_failures(runs: list[dict[str, Any]]) -> str:
-    """Each run that did not finish: its class, the evidence it was read from, where to read more."""
-    failed = [r for r in runs if r.get("failure") and r["role"] != "candidate (same as reference)"]
-    if not failed:
-        return "moekit tune: every run finished"
-    lines = ["moekit tune: runs that did not finish:"]
-    for r in failed:
-        f = r["failure"]
-        lines.append(f"  {tuning.label(r['overrides'])}: {f['title']} ({f['class']})")
-        lines.append(f"    evidence: {f['evidence']}")
-        where = " ".join(x for x in (f.get("help"), r["run_dir"]) if x)
-        lines.append(f"    more: {where} (console: {r['console']})")
-    return "\n".join(lines)
-
-
-def format_table(runs: list[dict[str, Any]]) -> str:
-    """Every run as a markdown table row: role, overrides, status, speed (figures with significant digits; a
-    candidate's speed against its reference by observe.reports.comparable), memory and the loss check."""
-    lines = [
-        "| role | overrides | status | why | s/step | TFLOP/s/dev | tokens/s/dev | vs reference | peak GiB | check "
-        "| accepted |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-
-    for r in runs:
-        lines.append(
-            f"| {r['role']} | `{tuning.label(r['overrides'])}` | {r['status']} | {_why(r)} "
-            f"| {significant(r.get('step_time_s'))} "
-            f"| {significant(r.get('tflops_per_device'))} | {significant(r.get('tokens_per_s_per_device'))} "
-            f"| {r.get('vs_reference', '-')} | {significant(r.get('peak_memory_gib'))} | {r.get('check', '-')} "
-            f"| {'yes' if r.get('accepted') else 'no'} |"
-        )
-    return "\n".join(lines)
-
-
-def _platform(run_dir: Path) -> str | None:
-    """hardware.platform of the run the preset comes from (its config.yaml), or None when unreadable."""
-    from moekit.rundir import records
-
-    try:
-        return ((records.read_config(run_dir) or {}).get("hardware") or {}).get("platform")
-    except (MoekitError, AttributeError):
-        return None
-
-
-def preset_yaml(name: str, best: dict[str, Any]) -> str:
-    """The winner as an experiment file: the base experiment's file with the winning overrides applied."""
-    overrides = best["overrides"]
-    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
-    body: dict[str, Any] = {}
-    defaults: list[Any] = []
-    if experiment:
-        base = yaml.safe_load((config_dir() / "experiment" / f"{experiment}.yaml").read_text()) or {}
-        defaults = list(base.pop("defaults", []))
-        body = base
-    for o in overrides:
-        key, _, value = o.lstrip("+").partition("=")
-        if key in GROUPS and key != "experiment":
-            entry = f"override /{key}"
-            defaults = [d for d in defaults if not (isinstance(d, dict) and entry in d)] + [{entry: value}]
-        elif key != "experiment":
-            tuning.set_dotted(body, key, yaml.safe_load(value))
-    v = best.get("versions") or {}
-    body["experiment_name"] = name
-    gpu = _platform(Path(best["run_dir"])) == "gpu" and bool(best.get("tflops_per_device"))
-    body["expect"] = {
-        # A CPU has no model-FLOP peak moekit measures against: only its step time is a number to expect.
-        "tflops_per_gpu": round(best["tflops_per_device"], 1) if gpu else None,
-        "step_time_s": round(best["step_time_s"], 3),
-        "provenance": {
-            "kind": "measured",
-            "source": f"moekit tune on {v.get('host', '?')} ({v.get('platform', '?')}); jax {v.get('jax')}, "
-            f"maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}; "
-            f"candidate {Path(best['run_dir']).name} of the sweep",  # a folder name, never a machine's path
-            "gpus": (best.get("devices") or 1) if gpu else None,
-            "date": best.get("date"),
-        },
-    }
-    changes = tuning.label([o for o in overrides if not o.startswith("experiment=")])
-    header = (
-        "# @package _global_\n"
-        f"# The fastest configuration `moekit tune` found from experiment={experiment} ({changes}). "
-        f"Run: moekit train experiment={name}\n"
-    )
-    return header + yaml.safe_dump({"defaults": defaults, **body}, sort_keys=False, width=110)

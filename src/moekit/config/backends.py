@@ -2,7 +2,8 @@
 
 A row says what MaxText runs for the back end, whether it is MaxText's grouped-GEMM layer and dropless, where it
 runs, what the host needs and what moekit adds around it. Adding a back end: its conf/moe/<name>.yaml, its row
-here, the schema's choice (tests/test_backends.py ties them), and its own code where it has any (te_gmm/).
+here, the schema's choice (tests/test_backends.py ties them), and its own package where it has one (its `hook`,
+te_gmm/ for moe=te_gmm). docs/extending.md lists the steps.
 """
 
 from __future__ import annotations
@@ -36,15 +37,26 @@ class Backend:
     """Oldest NVIDIA compute capability it runs on (90 = 9.0); None: any the platforms have."""
     packages: tuple[str, ...] = ()
     """Python modules the training host must import beyond MaxText's stack (probed before launch)."""
-    hook: bool = False
-    """Each worker hands MaxText's ragged_dot call to TE's grouped GEMM (te_gmm/hook.py): translate sets the hook's
-    environment, preflight probes the host for it (te_gmm/preflight.py), and `pinned` keys keep MaxText on that call."""
+    install: str = ""
+    """How to get `packages` where they are missing (the host probe's fix)."""
+    hook: str | None = None
+    """moekit's own package for this back end (moekit.<hook>), which takes over a MaxText call in each worker. Its
+    modules keep one contract (hook_module): job_env.entries(cfg) gives the workers' environment (translate/env.py),
+    engaged(environ) in its __init__ says a worker has it and hook.install_from_env(environ) puts it in place
+    (worker/process.py), preflight.problems(cfg) probes the host (preflight/host.py); `pinned` keys keep MaxText on
+    the call it takes over. The package sits on a floor below translate (tests/test_layers.py)."""
     pinned: Mapping[str, Key] = field(default_factory=dict)
     """MaxText keys that maxtext.extra may not set otherwise: they keep MaxText on the path the back end relies on."""
     gpu_interpreted: bool = False
     """On a GPU it runs a TPU kernel in interpret mode (pathologically slow): refused unless moe.force."""
     gpu_fp32: bool = True
     """False: its GPU kernel takes bf16/fp16 inputs only (precision=fp32 is refused on GPU)."""
+
+    def hook_module(self, part: str) -> str:
+        """The module of the back end's own package that does `part` (job_env, hook, preflight)."""
+        if not self.hook:
+            raise ValueError(f"moe={self.name} has no package of its own")
+        return f"moekit.{self.hook}.{part}" if part else f"moekit.{self.hook}"
 
     @property
     def sparse(self) -> bool:
@@ -66,6 +78,8 @@ BACKENDS: dict[str, Backend] = {
             platforms=("gpu",),
             min_sm=90,
             packages=("transformer_engine",),
+            install="run in moekit's image (its NGC JAX base ships TE with NCCL EP), install TE for JAX "
+            "(transformer-engine[jax], NCCL >= 2.30.4), or use moe=tokamax",
         ),
         # MaxText's own jax.lax.ragged_dot path; moekit's worker hands that call to TE's grouped GEMM.
         Backend(
@@ -75,7 +89,9 @@ BACKENDS: dict[str, Backend] = {
             platforms=("gpu",),
             min_sm=90,
             packages=("transformer_engine",),
-            hook=True,
+            install="run in moekit's image (its NGC JAX base ships TE), install TE for JAX (transformer-engine[jax]; "
+            "no NCCL EP needed), or use moe=tokamax",
+            hook="te_gmm",
             pinned={**_RAGGED_DOT, "te_moe_block": False},
         ),
         Backend(

@@ -1,7 +1,10 @@
-"""What MaxText 0.2.5's decoder blocks do with the MoE keys: the facts moekit's family checks use.
+"""The MoE families (model.decoder_block): one row each, what MaxText 0.2.5's decoder does with the MoE keys.
 
 Each fact names the MaxText code it was read from (maxtext/configs/types.py validation, maxtext/layers/moe.py
-routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data.
+routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data, read by the
+family checks (config/checks/family.py). Adding a family (docs/extending.md): its conf/model options, its row here,
+the schema's choice (schema.DecoderBlock), its layout experiment and its line in docs/adapting.md;
+tests/test_families.py ties them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,15 @@ class Family:
     attention_sinks: bool = False
     """The family's attention uses learned sinks: on GPU only attention=cudnn_flash_te or dot_product run them
     (attention_op.validate_gpu_flash_attention raises for the other kernels, at trace time)."""
+    leading_dense: bool = False
+    """The decoder builds first_num_dense_layers dense layers before the MoE ones (model.first_dense_layers); other
+    decoders ignore that key."""
+    dense_layers: str = ""
+    """Where this family's dense layers come from instead, for the message refusing model.first_dense_layers."""
+    tiny: str
+    """Its conf/model option small enough to train on CPU (tests/test_families.py trains each)."""
+    layouts: tuple[str, ...]
+    """Its conf/experiment files laying a full-size model out on a cluster (each climbs the shared ladder)."""
 
 
 # Keys every decoder reads through the shared router (moe.py GateLogit and get_topk).
@@ -54,6 +66,9 @@ FAMILIES: dict[str, Family] = {
                 "n_routing_groups",
                 "topk_routing_group",
             },
+            leading_dense=True,
+            tiny="deepseek2_tiny",
+            layouts=("dsv3_baseline", "dsv2_lite_8gpu"),
         ),
         Family(
             decoder_block="qwen3_moe",
@@ -61,8 +76,16 @@ FAMILIES: dict[str, Family] = {
             reads=COMMON | {"norm_topk_prob"},
             te_moe_block="MaxText refuses it: 'te_moe_block=True does not currently support norm_topk_prob=True' "
             "(Qwen3's routing)",
+            tiny="qwen3_moe_tiny",
+            layouts=("qwen3_235b_64gpu",),
         ),
-        Family(decoder_block="mixtral", models="mixtral-8x7b, mixtral-8x22b", reads=COMMON | {"norm_topk_prob"}),
+        Family(
+            decoder_block="mixtral",
+            models="mixtral-8x7b, mixtral-8x22b",
+            reads=COMMON | {"norm_topk_prob"},
+            tiny="mixtral_tiny",
+            layouts=("mixtral_8x22b_32gpu",),
+        ),
         Family(
             decoder_block="gpt_oss",
             models="gpt-oss-20b, gpt-oss-120b",
@@ -75,6 +98,8 @@ FAMILIES: dict[str, Family] = {
             te_moe_block="the TE MoE block would train another model: MaxText passes TE the activation name only, "
             "not gpt-oss's clamped GLU (x*sigmoid(1.702x)*(up+1), limit 7), and the router bias as a selection-only "
             "bias",
+            tiny="gpt_oss_tiny",
+            layouts=("gpt_oss_120b_16gpu",),
         ),
         Family(
             decoder_block="llama4",
@@ -84,6 +109,9 @@ FAMILIES: dict[str, Family] = {
             max_top_k=1,
             te_moe_block="MaxText refuses it: 'te_moe_block=True does not currently support Llama4 routing semantics'",
             dropless_only=("always", "Llama4 decoder has not been tested with capacity_factor >= 0"),
+            dense_layers="Llama 4 interleaves dense and MoE layers: model.routing.interleave_moe_layer_step",
+            tiny="llama4_tiny",
+            layouts=("llama4_maverick_64gpu",),
         ),
     )
 }

@@ -301,7 +301,11 @@ class Hardware(Section):
 
 
 class Cluster(Section):
-    """Where the job's processes run (local, JobSet or Slurm), how many, and the job's cluster settings."""
+    """Where the job's processes run (local, JobSet or Slurm), how many, and the job's cluster settings.
+
+    One flat set of keys, as users type them (cluster.partition, cluster.namespace): the keys only one kind reads
+    are listed on that kind's row (config/clusters.py `keys`; docs/kubernetes.md, docs/slurm.md), and one set for
+    another kind draws a warning. The rest (counts, ports, names, volumes, env, grace) every cluster job reads."""
 
     kind: Literal["local", "jobset", "slurm"]
     """Where processes run."""

@@ -10,6 +10,7 @@ it is reported as what this host would refuse, and the target checks again befor
 from __future__ import annotations
 
 import fcntl
+import importlib
 import importlib.util
 import os
 import tempfile
@@ -19,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
+from moekit.base import ports
 from moekit.base.errors import MoekitError
 from moekit.config.checks import Problem
 from moekit.config.schema import Config
 from moekit.preflight import data as data_preflight
 from moekit.preflight import maxtext_validate, xla_flags
 from moekit.rundir import attempts
-from moekit.te_gmm import preflight as te_gmm_preflight
 from moekit.translate import job as jobmod
 from moekit.translate import rendezvous as rz
 from moekit.translate.xla_flags import flag_entries
@@ -160,12 +161,12 @@ def coordinator_port_free(cfg: Config, host: Host) -> Iterator[Problem]:
     port), and fail much later in confusing ways: refuse a port the user set that is already taken (without one,
     each run picks a free port at launch)."""
     port = cfg.cluster.coordinator_port
-    if not cfg.cluster.row.one_host or cfg.num_processes == 1 or port is None or rz.port_free(port):
+    if not cfg.cluster.row.one_host or cfg.num_processes == 1 or port is None or ports.port_free(port):
         return
     yield Problem(
         "cluster.coordinator_port",
         f"port {port} is in use on this host (another multi-process job?)",
-        f"cluster.coordinator_port={rz.free_port()} (a free port), leave it unset (each run picks a free one), "
+        f"cluster.coordinator_port={ports.free_port()} (a free port), leave it unset (each run picks a free one), "
         "or wait for the other job to end",
     )
 
@@ -190,25 +191,24 @@ def gpus_present(cfg: Config, host: Host) -> Iterator[Problem]:
         )
 
 
-def te_present(cfg: Config, host: Host) -> Iterator[Problem]:
-    """moe=te without TransformerEngine fails inside MaxText's model init, after compilation has started (a back end
-    with a hook has its own probe: te_gmm_ready)."""
+def packages_present(cfg: Config, host: Host) -> Iterator[Problem]:
+    """A back end's packages missing fail inside MaxText's model init, after compilation has started (a back end
+    with a package of its own probes its needs in its hook_ready instead)."""
     b = cfg.backend
-    if b.hook or all(importlib.util.find_spec(p) is not None for p in b.packages):
+    missing = [p for p in b.packages if importlib.util.find_spec(p) is None]
+    if b.hook or not missing:
         return
-    yield Problem(
-        "moe=te",
-        "runs TransformerEngine's MoE block, but transformer_engine is not importable here",
-        "run in moekit's image (its NGC JAX base ships TE with NCCL EP), install TE for JAX "
-        "(transformer-engine[jax], NCCL >= 2.30.4), or use moe=tokamax",
-    )
+    yield Problem(f"moe={b.name}", f"{', '.join(missing)} is not importable here (moe={b.name} needs it)", b.install)
 
 
-def te_gmm_ready(cfg: Config, host: Host) -> Iterator[Problem]:
-    """moe=te_gmm: TE importable, the MaxText it patches the one it knows, GPUs of SM >= 90."""
-    for found in te_gmm_preflight.problems(cfg):
+def hook_ready(cfg: Config, host: Host) -> Iterator[Problem]:
+    """A back end with a package of its own (its row's hook: moe=te_gmm) probes the host its own way."""
+    b = cfg.backend
+    if not b.hook:
+        return
+    for found in importlib.import_module(b.hook_module("preflight")).problems(cfg):
         what, _, fix = found.partition(". Fix: ")
-        yield Problem("moe=te_gmm", what, fix)
+        yield Problem(f"moe={b.name}", what, fix)
 
 
 def data_ready(cfg: Config, host: Host) -> Iterator[Problem | str]:
@@ -305,8 +305,8 @@ PROBES: tuple[Probe, ...] = (
     Probe("rendezvous environment", rendezvous_env),
     Probe("coordinator port", coordinator_port_free),
     Probe("GPUs", gpus_present),
-    Probe("TransformerEngine", te_present),
-    Probe("moe=te_gmm", te_gmm_ready),
+    Probe("back-end packages", packages_present),
+    Probe("back-end hook", hook_ready),
     Probe("data", data_ready, costly=True),
     Probe("XLA flags", xla_flags_known, costly=True),
     Probe("MaxText validator", maxtext_accepts, costly=True),
@@ -317,19 +317,16 @@ PROBES: tuple[Probe, ...] = (
 
 
 def is_target(cfg: Config, host: Host) -> tuple[bool, str]:
-    """Whether this host is where the job's processes would run, and why."""
-    c = cfg.cluster
-    if c.kind == "jobset":
-        if host.environ.get(rz.JOBSET_COORDINATOR_HOST):
-            return True, "this is a pod of the JobSet"
-        return False, "cluster=jobset runs in the JobSet's pods, and this host is not one"
-    if c.kind == "slurm":
-        if host.environ.get("SLURM_JOB_ID"):
-            return True, "this is a task of the Slurm job"
-        return False, "cluster=slurm runs in a Slurm allocation, and this host is outside one"
+    """Whether this host is where the job's processes would run, and why (the cluster kind's row says how to tell:
+    config/clusters.py)."""
+    c, row = cfg.cluster, cfg.cluster.row
+    if not row.one_host:
+        if host.environ.get(row.job_env):
+            return True, f"this host is in {row.runs_in} ({row.job_env} is set)"
+        return False, f"cluster={c.kind} runs in {row.runs_in}, and this host is outside ({row.job_env} is not set)"
     if cfg.hardware.platform == "gpu" and not (host.dev / "nvidia0").exists():
         return False, f"hardware={cfg.hardware.name} runs on GPUs, and this host has none"
-    return True, "cluster=local runs on this host"
+    return True, f"cluster={c.kind} runs on this host"
 
 
 @dataclass

@@ -184,3 +184,92 @@ def coordinator_endpoint(manifest: dict[str, Any]) -> str:
     co = manifest["spec"]["coordinator"]
     subdomain = manifest["spec"].get("network", {}).get("subdomain") or name
     return f"{name}-{co['replicatedJob']}-{co.get('jobIndex', 0)}-{co.get('podIndex', 0)}.{subdomain}"
+
+
+_JOB = ("spec", "replicatedJobs", 0, "template", "spec")
+_POD = (*_JOB, "template", "spec")
+_CONTAINER = (*_POD, "containers", 0)
+DIGEST_HOWTO = (
+    "pin a digest to repeat a run: cluster.image=REGISTRY/moekit@sha256:DIGEST (docker inspect --format "
+    "'{{index .RepoDigests 0}}' REGISTRY/moekit:TAG, after the push)"
+)
+
+
+def _axes(axes: dict[str, int]) -> str:
+    return " x ".join(f"{k} {v}" for k, v in axes.items() if v != 1) or "1"
+
+
+def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
+    """(path, text) for each field whose value a rule sets: the reason, or the arithmetic, at the field."""
+    c, net = cfg.cluster, cfg.network
+    unit = "GPUs" if cfg.hardware.platform == "gpu" else "CPU devices"
+    mesh = f"ici {_axes(cfg.ici_filled)}, dcn {_axes(dict(cfg.parallelism.dcn.items()))}"
+    out: list[tuple[tuple[str | int, ...], str]] = [
+        (
+            ("spec", "suspend"),
+            "cluster.queue: Kueue admits the JobSet (unsuspends it) when its LocalQueue has quota",
+        ),
+        (
+            ("spec", "failurePolicy", "maxRestarts"),
+            f"cluster.max_restarts; a drained or preempted node ({DISRUPTION_RULE}) restarts the group for free",
+        ),
+        (
+            (*_JOB, "parallelism"),
+            f"cluster.nodes: one pod per node, all at once. The mesh ({mesh}) has {cfg.num_devices} devices = "
+            f"{c.nodes} nodes x {c.gpus_per_node} {unit}; completions = parallelism, each pod's completion index is "
+            "its node rank",
+        ),
+        (
+            (*_JOB, "backoffLimit"),
+            "a restarted lone JAX process cannot rejoin its peers: the whole set restarts (failurePolicy)",
+        ),
+        (
+            (*_POD, "terminationGracePeriodSeconds"),
+            "cluster.signal_grace_s: SIGTERM to SIGKILL when a pod is deleted; "
+            + (
+                f"the workers save a checkpoint at the next step within it (checkpoint.every={cfg.checkpoint.every}) "
+                "and a restart resumes there"
+                if cfg.checkpoint.every
+                else "the workers stop at the next step (checkpoint.every=0: nothing to save)"
+            ),
+        ),
+        ((*_POD, "hostNetwork"), f"network={net.name}: the pods use the node's network (its NICs for NCCL)"),
+        (
+            (*_POD, "resourceClaims"),
+            f"network={net.name}: every pod claims a channel of one DRA ResourceClaimTemplate (an NVIDIA "
+            "ComputeDomain: NVLink across the nodes of a rack)",
+        ),
+        (
+            (*_CONTAINER, "image"),
+            "cluster.image: a digest is pinned" if "@sha256:" in c.image else f"cluster.image; {DIGEST_HOWTO}",
+        ),
+        (
+            (*_CONTAINER, "env", 0, "name"),
+            "the coordinator (process 0) is pod 0 of workers: <jobset>-workers-0-0.<jobset>, a stable DNS hostname "
+            "the JobSet controller writes into this annotation",
+        ),
+        ((*_CONTAINER, "env", 1, "name"), "cluster.coordinator_port: process 0's jax.distributed service"),
+        (
+            (*_CONTAINER, "env", 3, "name"),
+            f"node rank = the completion index; process id = rank x {c.processes_per_node} process(es) per node "
+            "+ local rank",
+        ),
+    ]
+    limits = []
+    if cfg.hardware.platform == "gpu":
+        limits.append(f"{GPU_RESOURCE}: cluster.gpus_per_node")
+    if net.resources:
+        limits.append(f"{', '.join(net.resources)}: network={net.name}'s RDMA devices (NCCL between nodes)")
+    if net.resource_claim_template:
+        limits.append("claims: the pod's ComputeDomain channel (resourceClaims)")
+    if limits:
+        out.append(((*_CONTAINER, "resources"), "; ".join(limits)))
+    if net.capabilities:
+        out.append(
+            (
+                (*_CONTAINER, "securityContext"),
+                f"network={net.name}: {', '.join(net.capabilities)} (pinned memory for RDMA), never privileged",
+            )
+        )
+    out.append(((*_POD, "volumes", 0, "name"), "cluster.shm_gib: a memory-backed /dev/shm (NCCL and host buffers)"))
+    return out

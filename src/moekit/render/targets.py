@@ -33,7 +33,7 @@ class Target:
 
 
 def _jobset_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
-    return document.yaml_text(jobset.jobset(cfg, overrides), head)
+    return document.yaml_text(jobset.jobset(cfg, overrides), head, jobset.comments(cfg))
 
 
 def _jobset_check(text: str, cfg: Config, crd: str | None, kubernetes: str | None) -> list[str]:

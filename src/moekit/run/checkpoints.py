@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from moekit.base import failures
 from moekit.rundir import attempts
 from moekit.rundir import records as records_
 
-CLASS = "corrupt_checkpoint"
+CLASS = failures.CORRUPT_CHECKPOINT.name
 SET_ASIDE = "corrupt_checkpoints"
 
 

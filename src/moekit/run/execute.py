@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.base import console, failures, redact
+from moekit.base import console, failures, ports, redact
 from moekit.base.versions import versions
-from moekit.config.schema import Config
+from moekit.config.schema import Cluster, Config
 from moekit.observe.profiles import profile
 from moekit.observe.runs import events, metrics, progress, summary
 from moekit.preflight import host as preflight
@@ -74,6 +74,14 @@ def dry_run(cfg: Config, environ: dict[str, str] | None = None, fmt: str = "text
     return scrub(json.dumps(shown, indent=2) if fmt == "json" else view.format_text(shown, job, checked))
 
 
+def launch_port(c: Cluster, num_processes: int) -> int | None:
+    """The coordinator port of one launch: the configured one, or for a local multi-process run without one a
+    free port picked now (each run its own, so concurrent runs on one host never join each other)."""
+    if c.coordinator_port is not None or not c.row.one_host or num_processes == 1:
+        return c.coordinator_port
+    return ports.free_port()
+
+
 def train(
     cfg: Config,
     overrides: Sequence[str] = (),
@@ -98,7 +106,7 @@ def train(
     for note in preflight.ensure(cfg, preflight.Host(environ, config_view)).notes:
         print(f"moekit: {note}", flush=True)
 
-    procs = rz.processes(cfg, environ, port=rz.launch_port(cfg.cluster, cfg.num_processes))
+    procs = rz.processes(cfg, environ, port=launch_port(cfg.cluster, cfg.num_processes))
     first_process = int(procs[0].get(rz.PROCESS_ID, 0))
     with rundir.records_before_launch(Path(cfg.run_dir or cfg.run.base_dir)):
         root, run, previous = resolve_run_dir(cfg, now, config_view, Path.cwd(), first_process)

@@ -15,8 +15,6 @@ from moekit.config import sweeps
 from moekit.config.schema import Config
 from moekit.observe.reports import comparable, compare
 
-OUT_OF_MEMORY = "out_of_memory"  # the failures class a trial reports as status oom
-
 # The loss gate's tolerance (the rule itself is observe.reports.compare's).
 RTOL, ATOL = compare.TUNE.rtol, compare.TUNE.atol
 
@@ -49,9 +47,7 @@ def classify(failure: failures.Failure | None) -> str:
     recorded in its manifest, never the log read again)."""
     if failure is None:
         return "ok"
-    if failure.name == failures.TIMEOUT.name:
-        return "timeout"
-    return "oom" if failure.name == OUT_OF_MEMORY else "failed"
+    return failures.BY_NAME.get(failure.name, failures.OTHER).trial_status
 
 
 def batch_key(cfg: Config) -> tuple[float, int]:

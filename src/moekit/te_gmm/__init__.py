@@ -10,3 +10,8 @@ trainer starts (`hook`), after checking that the MaxText source is the one this 
 # The launcher -> worker contract (translate/env.py sets them, hook.install_from_env reads them).
 MODE_ENV = "MOEKIT_RAGGED_DOT"  # which grouped GEMM takes MaxText's ragged_dot call (hook.MODES)
 BUCKETS_ENV = "MOEKIT_RAGGED_DOT_BUCKETS"  # static row counts per call (expert parallelism: receive-buffer tail)
+
+
+def engaged(environ: dict[str, str]) -> bool:
+    """Whether this worker's environment asks for the hook (the back end's contract: config/backends.py)."""
+    return bool(environ.get(MODE_ENV))

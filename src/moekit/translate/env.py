@@ -6,10 +6,10 @@ the two tables below are the environment that follows from a choice made elsewhe
 
 from __future__ import annotations
 
+import importlib
 from typing import NamedTuple
 
 from moekit.config.schema import Config, Scalar
-from moekit.te_gmm import BUCKETS_ENV, MODE_ENV
 from moekit.translate import values
 from moekit.translate.xla_flags import xla_flags
 
@@ -18,17 +18,6 @@ ATTENTION_ENV: dict[str, dict[str, str]] = {"cudnn_flash_te": {"NVTE_FUSED_ATTN"
 
 # moe.dispatch=nccl_ep across nodes: NCCL EP's GPU-initiated networking type (the blog's multi-node setting).
 NCCL_EP_MULTI_NODE_ENV: dict[str, str] = {"NCCL_GIN_TYPE": "3"}
-
-# moe=te_gmm, by precision -> the grouped GEMM the worker puts behind MaxText's ragged_dot (te_gmm/hook.py). Only
-# precision=fp8 quantizes the expert GEMMs (TE's FP8 current scaling); MXFP8 expert GEMMs come with moe=te only, so
-# precision=mxfp8 keeps them in bf16 here, as every back end but te does.
-TE_GMM_MODE: dict[str, str] = {"fp32": "te", "bf16": "te", "fp8": "te_fp8", "mxfp8": "te"}
-
-
-def te_gmm_row_buckets(expert_parallelism: int) -> int:
-    """Static row counts per expert GEMM: with EP the ragged receive buffer is up to EP x the routed rows, so
-    2 x EP sizes (at most 16) keep the rows computed, up to EP 8, within half a balanced load of the routed ones."""
-    return 1 if expert_parallelism <= 1 else min(2 * expert_parallelism, 16)
 
 
 class EnvVar(NamedTuple):
@@ -53,12 +42,9 @@ def env_vars(cfg: Config) -> list[EnvVar]:
     put(f"xla={cfg.xla.name}", cfg.xla.env)
     if cfg.model.attention in ATTENTION_ENV:
         put(f"model.attention={cfg.model.attention}", ATTENTION_ENV[cfg.model.attention])
-    if cfg.backend.hook:
-        precision = cfg.precision.name if cfg.moe.expert_precision == "auto" else cfg.moe.expert_precision
-        origin = f"precision={precision}" if cfg.moe.expert_precision == "auto" else "moe.expert_precision=bf16"
-        put(f"moe={cfg.moe.backend}, {origin} (expert GEMMs)", {MODE_ENV: TE_GMM_MODE[precision]})
-        ep = cfg.expert_parallel_size
-        put(f"moe={cfg.moe.backend}, expert parallelism {ep}", {BUCKETS_ENV: te_gmm_row_buckets(ep)})
+    if cfg.backend.hook:  # the back end's own package sets what its workers read (config/backends.py)
+        job_env = importlib.import_module(cfg.backend.hook_module("job_env"))
+        out.extend(EnvVar(name, value, origin) for name, value, origin in job_env.entries(cfg))
     if cfg.moe.dispatch == "nccl_ep" and cfg.cluster.nodes > 1:
         put("moe.dispatch=nccl_ep (multi-node)", NCCL_EP_MULTI_NODE_ENV)
     put(f"network={cfg.network.name}", cfg.network.env)

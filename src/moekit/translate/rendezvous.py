@@ -9,8 +9,6 @@ a config and holds the rules that tie the environment to it (process count, one 
 
 from __future__ import annotations
 
-import random
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -73,46 +71,11 @@ def _node_processes(
 
 # What a local run's coordinator address shows before its launch picks the port (--dry-run, host probes).
 PORT_AT_LAUNCH = "<free port, chosen at launch>"
-# Ports a local run picks from: below Linux's default ephemeral range (32768-60999), where the kernel gives
-# outgoing connections their local ports, so a port picked here is not taken by a connection before it is bound.
-PICK_RANGE = (20000, 32767)
 
 
 def local(processes: int, port: int | str, gpus_per_node: int = 1, gpu: bool = False) -> list[Rendezvous]:
     """Every process of a job on this one host, coordinated over loopback."""
     return _node_processes(f"127.0.0.1:{port}", 1, 0, processes, gpus_per_node, gpu)
-
-
-def port_free(port: int) -> bool:
-    """Whether a coordinator could listen on `port` of this host now (a closed job's TIME_WAIT is no conflict)."""
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(rng: random.Random | None = None) -> int:
-    """A port nothing on this host listens on, for one local run's coordinator (tried at random in PICK_RANGE,
-    so runs started in the same second pick different ones; the kernel's choice when the range is full)."""
-    rng = rng or random.Random()
-    for _ in range(64):
-        port = rng.randint(*PICK_RANGE)
-        if port_free(port):
-            return port
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
-def launch_port(c: Cluster, num_processes: int) -> int | None:
-    """The coordinator port of one launch: the configured one, or for a local multi-process run without one a
-    free port picked now (each run its own, so concurrent runs on one host never join each other)."""
-    if c.coordinator_port is not None or not c.row.one_host or num_processes == 1:
-        return c.coordinator_port
-    return free_port()
 
 
 def _int(env: Mapping[str, str], name: str, hint: str) -> int:
@@ -282,11 +245,12 @@ def processes(
     if port is not None:
         c = c.model_copy(update={"coordinator_port": port})
     found = for_cluster(c, environ, gpu)
-    if c.kind == "slurm" and len(found) < cfg.num_processes and not cfg.run.dir:
+    if c.row.shared_paths and len(found) < cfg.num_processes and not cfg.run.dir:
+        # Every node sees the same paths: launchers that each start part of the job would each make a run
+        # directory of their own beside the others.
         raise RendezvousError(
-            "this Slurm task starts only some of the job's processes, and without run.dir each task would "
-            "make a run directory of its own; give them one: run.dir=PATH (the rendered script sets "
-            "run.dir=<run.base_dir>/<experiment>/slurm-$SLURM_JOB_ID)."
+            f"this {c.row.launcher} starts only some of the job's processes, and without run.dir each would "
+            f"make a run directory of its own; give them one: run.dir=PATH ({c.row.run_dir_rule})."
         )
     if found[0].num_processes != cfg.num_processes:
         raise RendezvousError(

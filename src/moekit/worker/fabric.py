@@ -273,13 +273,14 @@ def _fault(environ: dict[str, str], rank: int) -> str | None:
 def misdirect(environ: dict[str, str]) -> dict[str, str]:
     """Test-only (FAULT_ENV=coordinator:<rank>): that rank's rendezvous goes to a port where no coordinator listens,
     as a process started with another job's address would; everyone else's environment is returned unchanged."""
+    from moekit.base import ports
     from moekit.translate import rendezvous as rz
 
     rank = environ.get(rz.PROCESS_ID)
     if rank is None or not rank.isdigit() or _fault(environ, int(rank)) != "coordinator":
         return environ
     host = environ[rz.COORDINATOR].rsplit(":", 1)[0]
-    return environ | {rz.COORDINATOR: f"{host}:{rz.free_port()}"}
+    return environ | {rz.COORDINATOR: f"{host}:{ports.free_port()}"}
 
 
 def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:

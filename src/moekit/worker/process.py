@@ -20,9 +20,9 @@ from collections.abc import Collection, Sequence
 
 import yaml
 
-from moekit import te_gmm
 from moekit.base.failures import JOINED, JOINING
 from moekit.base.redact import is_secret_name
+from moekit.config.backends import BACKENDS
 from moekit.rundir import PROFILE_DIR_ENV
 from moekit.translate import rendezvous as rz
 from moekit.worker import step_events
@@ -197,6 +197,18 @@ def point_maxtext_at_its_assets(environ: dict[str, str]) -> dict[str, str]:
     return {"MAXTEXT_ASSETS_ROOT": assets} if assets and os.path.isdir(os.path.join(assets, "tokenizers")) else {}
 
 
+def install_backend_hooks(environ: dict[str, str]) -> None:
+    """Put in place the hook of each back end whose package (its row's `hook`, config/backends.py) this worker's
+    environment engages; a hook that refuses stops the worker with its reason."""
+    for name in sorted({b.hook for b in BACKENDS.values() if b.hook}):
+        if importlib.import_module(f"moekit.{name}").engaged(environ):
+            hook = importlib.import_module(f"moekit.{name}.hook")
+            try:
+                hook.install_from_env(environ)
+            except hook.HookError as exc:
+                raise SystemExit(f"moekit: {exc}") from None
+
+
 def main() -> None:
     """Join the rendezvous, prepare the process for MaxText (assets, te_gmm hook, secret arguments), check the
     fabric (moekit.worker.fabric), then run the module named by the first argument as `python -m` would, with the
@@ -213,13 +225,7 @@ def main() -> None:
     os.environ.update(point_maxtext_at_its_assets(dict(os.environ)))  # before anything imports maxtext
     keep_secrets_out_of_tensorboard()
     step_events.install(dict(os.environ))  # when saves, restores, compiles and trace edges happened (summary)
-    if os.environ.get(te_gmm.MODE_ENV):  # moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM
-        from moekit.te_gmm import hook
-
-        try:
-            hook.install_from_env(dict(os.environ))
-        except hook.HookError as exc:
-            raise SystemExit(f"moekit: {exc}") from None
+    install_backend_hooks(dict(os.environ))  # e.g. moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM
     if not fabric.phase(dict(os.environ)):  # the job's collectives checked and timed before MaxText builds the model
         return  # fabric.only: the check was the job
     secret = json.loads(os.environ.pop(SECRET_ARGS, "[]"))  # not inherited by what MaxText starts

@@ -51,6 +51,7 @@ WARNINGS: list[Check] = [
     compute.custom_policy_names_both_tags,
     mesh.ici_within_nvlink_domain,
     cluster.network_fits_the_layout,
+    cluster.keys_of_another_kind,
 ]
 
 

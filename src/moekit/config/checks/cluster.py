@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from moekit.base.redact import is_secret_name
 from moekit.config import formats
 from moekit.config.checks.problem import Problem
-from moekit.config.schema import Config
+from moekit.config.clusters import CLUSTER_KINDS
+from moekit.config.schema import Cluster, Config
 
 
 def local_is_one_host(cfg: Config) -> Iterator[Problem]:
@@ -18,8 +19,26 @@ def local_is_one_host(cfg: Config) -> Iterator[Problem]:
         yield Problem(
             "cluster.nodes",
             f"cluster=local runs on one host but cluster.nodes={cfg.cluster.nodes}",
-            "cluster.nodes=1, or cluster=jobset / cluster=slurm for a multi-node job (moekit render ... target=jobset)",
+            "cluster.nodes=1, or "
+            + " / ".join(f"cluster={k}" for k, row in CLUSTER_KINDS.items() if not row.one_host)
+            + " for a multi-node job (moekit render ... target=jobset)",
         )
+
+
+def keys_of_another_kind(cfg: Config) -> Iterator[Problem]:
+    """A cluster key that only another cluster kind reads (its row's `keys`), set away from its default, is ignored
+    by this one: say so rather than drop it without a word."""
+    c = cfg.cluster
+    for kind, row in CLUSTER_KINDS.items():
+        if kind == c.kind:
+            continue
+        for key in row.keys:
+            if getattr(c, key) != Cluster.model_fields[key].get_default(call_default_factory=True):
+                yield Problem(
+                    f"cluster.{key}",
+                    f"only cluster={kind} reads cluster.{key}; cluster={c.kind} ignores it",
+                    f"drop cluster.{key}, or run under cluster={kind}",
+                )
 
 
 def job_names(cfg: Config) -> Iterator[Problem]:

@@ -45,16 +45,13 @@ def decoder_reads_the_routing(cfg: Config) -> Iterator[Problem]:
                 f"{fam.models}), so it would be ignored",
                 f"model.routing.{key}={ROUTING_DEFAULTS[key]!r}, or a model of a family that has it",
             )
-    if m.first_dense_layers and m.decoder_block != "deepseek":
+    if m.first_dense_layers and not fam.leading_dense:
         yield Problem(
             "model.first_dense_layers",
-            f"first_dense_layers={m.first_dense_layers}: only the DeepSeek decoder has leading dense layers; "
-            f"MaxText's {m.decoder_block} decoder ignores it"
-            + (
-                " (Llama 4 interleaves dense and MoE layers: model.routing.interleave_moe_layer_step)"
-                if m.decoder_block == "llama4"
-                else ""
-            ),
+            f"first_dense_layers={m.first_dense_layers}: only "
+            + ", ".join(f"the {f.decoder_block}" for f in FAMILIES.values() if f.leading_dense)
+            + f" decoder has leading dense layers; MaxText's {m.decoder_block} decoder ignores it"
+            + (f" ({fam.dense_layers})" if fam.dense_layers else ""),
             "model.first_dense_layers=0",
         )
 

@@ -1,10 +1,16 @@
-"""PNG plots of one or more runs (matplotlib's Agg backend: no display needed)."""
+"""PNG plots of one or more runs (matplotlib's Agg backend: no display needed): one row of PLOTS per chart.
+
+Adding a plot (docs/extending.md): its drawing function and its row in PLOTS, and its line in docs/metrics.md
+(tests/test_plots.py ties them); report.md embeds every plot written.
+"""
 
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from moekit.observe.profiles.profile_rules import BUCKETS
 from moekit.observe.runs import summary
@@ -46,12 +52,8 @@ def _excluded(r: Run) -> set[int]:
     return {int(row["step"]) for row in r.metrics.rows} - counted
 
 
-def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
-    """Write the three plots into `out`; returns their file names."""
-    plt = _pyplot()
-    out.mkdir(parents=True, exist_ok=True)
-    wide = max(6.4, 1.6 * len(runs) + 3)
-
+def _step_time(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
+    """Step time per step, one line per run: the steady median dotted, the steps it leaves out hollow."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, r in zip(names, runs, strict=True):
         pts = series(r.metrics, summary.STEP_TIME)
@@ -67,9 +69,12 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _save(plt, fig, runs, out / STEP_TIME_PNG)
+    _save(plt, fig, runs, path)
 
-    fig, ax = plt.subplots(figsize=(wide, 4.5))
+
+def _tflops(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
+    """TFLOP/s per device, one bar per run: the steady median, its counted steps' min-max as the error bar."""
+    fig, ax = plt.subplots(figsize=(max(6.4, 1.6 * len(runs) + 3), 4.5))
     meds = [r.summary["tflops_per_device"] or 0.0 for r in runs]
     spans = []
     for r in runs:
@@ -86,8 +91,11 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     ax.set_xticks(range(len(runs)), names, rotation=15 if len(runs) > 3 else 0, fontsize=8)
     ax.set(ylabel="TFLOP/s per device (MaxText's count)", title="Throughput: steady-state median (bars: min-max)")
     ax.grid(axis="y", alpha=0.3)
-    _save(plt, fig, runs, out / TFLOPS_PNG)
+    _save(plt, fig, runs, path)
 
+
+def _loss(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
+    """Training loss per step, one line per run; coinciding curves (equivalent runs) stay visible."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (name, r) in enumerate(zip(names, runs, strict=True)):
         pts = series(r.metrics, summary.LOSS)
@@ -104,20 +112,13 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     ax.set(xlabel="step", ylabel="training loss", title="Loss curves")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    _save(plt, fig, runs, out / LOSS_PNG)
-    written = [STEP_TIME_PNG, TFLOPS_PNG, LOSS_PNG]
-    profiled = [(n, r) for n, r in zip(names, runs, strict=True) if (r.profile or {}).get("mean")]
-    if profiled:
-        _breakdown(plt, profiled, out / BREAKDOWN_PNG)
-        written.append(BREAKDOWN_PNG)
-    return written
+    _save(plt, fig, runs, path)
 
 
-def _breakdown(plt, profiled: Sequence[tuple[str, Run]], path: Path) -> None:
+def _breakdown(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
     """Stacked bars: ms per traced step in each bucket, one bar per profiled run; idle hatched."""
     from moekit.observe.reports.report import breakdown_columns
 
-    runs = [r for _, r in profiled]
     cols = breakdown_columns(runs)
     colors = {b: plt.get_cmap("tab20")(i) for i, (b, _, _) in enumerate(BUCKETS)}  # one color per bucket, every chart
     fig, ax = plt.subplots(figsize=(max(6.4, 1.6 * len(runs) + 4.5), 5.5))
@@ -131,8 +132,48 @@ def _breakdown(plt, profiled: Sequence[tuple[str, Run]], path: Path) -> None:
         style = idle if bucket == "idle" else {"color": colors[bucket]}
         ax.bar(range(len(runs)), heights, bottom=bottoms, label=label, width=0.6, **style)
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-    ax.set_xticks(range(len(runs)), [textwrap.fill(n, 28, break_long_words=False) for n, _ in profiled], fontsize=7)
+    ax.set_xticks(range(len(runs)), [textwrap.fill(n, 28, break_long_words=False) for n in names], fontsize=7)
     ax.set(ylabel="ms per traced step (mean over devices)", title="Where the step time goes (profile=on)")
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _save(plt, fig, runs, path)
+
+
+def _profiled(r: Run) -> bool:
+    return bool((r.profile or {}).get("mean"))
+
+
+@dataclass(frozen=True, slots=True)
+class Plot:
+    """One chart of a report: its file, what it shows, how it is drawn and which runs it draws."""
+
+    file: str
+    """File name beside report.md (docs/metrics.md names each)."""
+    shows: str
+    """What it shows, in a few words."""
+    draw: Callable[[Any, Sequence[Run], Sequence[str], Path], None]
+    """(pyplot, runs, their names, path) -> the PNG written at path."""
+    draws: Callable[[Run], bool] | None = None
+    """Which runs it draws (None: every run); a plot with none to draw is not written."""
+
+
+# The report's charts, in the order report.md shows them. One row per plot.
+PLOTS: tuple[Plot, ...] = (
+    Plot(STEP_TIME_PNG, "step time per step, steady median and left-out steps", _step_time),
+    Plot(TFLOPS_PNG, "steady TFLOP/s per device per run, min-max bars", _tflops),
+    Plot(LOSS_PNG, "training loss per step", _loss),
+    Plot(BREAKDOWN_PNG, "where the step time goes, per profiled run (profile=on)", _breakdown, _profiled),
+)
+
+
+def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
+    """Write into `out` every plot of PLOTS that has runs to draw; returns their file names, in PLOTS order."""
+    plt = _pyplot()
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for plot in PLOTS:
+        chosen = [(n, r) for n, r in zip(names, runs, strict=True) if plot.draws is None or plot.draws(r)]
+        if chosen:
+            plot.draw(plt, [r for _, r in chosen], [n for n, _ in chosen], out / plot.file)
+            written.append(plot.file)
+    return written

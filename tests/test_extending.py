@@ -1,0 +1,24 @@
+"""docs/extending.md names, for each of the five everyday changes, files that exist and the test that guards it."""
+
+from __future__ import annotations
+
+import re
+
+from conftest import REPO
+
+GUIDE = REPO / "docs" / "extending.md"
+CHANGES = ["A MoE back end", "A cluster kind", "A MoE family", "A failure class", "A plot in the report"]
+
+
+def test_each_change_has_its_guard_test():
+    text = GUIDE.read_text()
+    sections = dict(re.findall(r"^## (.+?)\n(.*?)(?=^## |\Z)", text, flags=re.M | re.S))
+    assert [next(h for h in sections if h.startswith(c)) for c in CHANGES]
+    for heading, body in sections.items():
+        guard = re.search(r"Guard: `(tests/test_\w+\.py)`", body)
+        assert guard and (REPO / guard.group(1)).is_file(), heading
+
+
+def test_every_file_it_names_exists():
+    named = set(re.findall(r"`((?:src|tests|conf|docs)/[\w/.]+\.(?:py|md|yaml|json))`", GUIDE.read_text()))
+    assert named and [n for n in named if not (REPO / n).exists()] == []
