@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import moekit
+from moekit.base import redact
 from moekit.base.errors import ConfigError, MoekitError
 from moekit.config.load import load
 from moekit.config.schema import Config
@@ -56,7 +57,31 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
     cfg = load([*rest, f"cluster={target.cluster}"] if not chosen else rest, warn=keep)
     command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
     head = document.header(cfg, target.title, command, moekit.__version__)
-    return target.render(cfg, rest, head), cfg, target
+    text = target.render(cfg, rest, head)
+    shown = redact.redact_urls(text)
+    if shown != text:  # a manifest is committed, shared and applied: it never carries a password in clear text
+        print(
+            f"moekit: warning: a password in a URL was replaced by {redact.REDACTED} in this {target.title}; give the "
+            "job its credentials through the storage's own mechanism (a Kubernetes Secret: cluster.secrets, a "
+            "credentials file or a token variable), not inside the URL",
+            file=sys.stderr,
+        )
+    if problem := too_large(target, shown):
+        raise ConfigError(problem)
+    return shown, cfg, target
+
+
+def too_large(target: Target, text: str) -> str | None:
+    """Why the cluster would refuse a file this large (the target's max_bytes), or None."""
+    size = len(text.encode())
+    if not target.max_bytes or size <= target.max_bytes:
+        return None
+    return (
+        f"the {target.title} would be {size:,} bytes; {target.limit} is {target.max_bytes:,} bytes, so the cluster "
+        "would refuse it (nothing was written).\n  fix: set fewer or shorter environment variables (cluster.env "
+        "and the other *.env mappings) and raw keys (maxtext.extra): put large values in a file or a ConfigMap "
+        "and pass its path"
+    )
 
 
 def recorded_command(path: Path) -> tuple[list[str], str | None]:

@@ -119,11 +119,13 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
                 f"line.\n  fix: write {key} without it (one line of printable text)"
             )
     for o in overrides:
-        if problem := _unsupported(o, conf):
+        if problem := _unsupported(o, conf) or _outside_tree(o, conf):
             raise ConfigError(problem)
     overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in map(as_typed, overrides)]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
+    if problem := _tagged(conf):
+        raise ConfigError(problem)
     try:
         with hydra_at(conf):
             return compose(config_name="config", overrides=list(overrides))
@@ -133,6 +135,38 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
         raise ConfigError(_not_text(conf, exc)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
+
+
+# YAML tags that only restate a plain scalar's type; any other tag (!!binary, !!timestamp, !!set, !!python/...) would
+# have the loader build a value of another kind (bytes, a datetime, a set) that no config key holds.
+PLAIN_TAGS = {"!!str", "!!int", "!!float", "!!bool", "!!null", "!!map", "!!seq"}
+
+
+def _tagged(conf: Path) -> str | None:
+    """The first config file and line holding a YAML tag moekit does not take, as a message with its fix; None when
+    there is none. Only files holding '!' are tokenized."""
+    for path in sorted(conf.rglob("*.yaml")):
+        try:
+            text = path.read_text(encoding="utf8")
+        except (OSError, UnicodeDecodeError):  # compose reports those with their own messages
+            continue
+        if "!" not in text:
+            continue
+        try:
+            for token in yaml.scan(text):
+                if isinstance(token, yaml.TagToken):
+                    handle, suffix = token.value
+                    tag = f"{handle or ''}{suffix}"
+                    if tag not in PLAIN_TAGS:
+                        where = f"{path}, line {token.start_mark.line + 1}"
+                        return (
+                            f"{where}: the YAML tag {tag} is not allowed: config files are data (text, numbers, "
+                            f"lists, mappings), and moekit never builds other values from them (nothing was run).\n"
+                            f"  fix: remove the tag and write the value itself ({where})"
+                        )
+        except yaml.YAMLError:  # compose reports it with its file and line
+            continue
+    return None
 
 
 def _not_text(conf: Path, exc: UnicodeDecodeError) -> str:
@@ -202,6 +236,29 @@ def _unsupported(override: str, conf: Path) -> str | None:
             f"override {override!r} removes the {key} section, which every config has.\n"
             f"  fix: set its keys instead ({key}.KEY=VALUE; moekit config show lists them)"
         )
+    return None
+
+
+def _outside_tree(override: str, conf: Path) -> str | None:
+    """Why a group option names a file outside the config tree (`model=../../x`, an absolute path, a link that
+    leads out of conf/); None when it stays inside. Hydra would load any YAML file it reaches."""
+    key, eq, option = override.partition("=")
+    group = key.lstrip("+~").split("@", 1)[0]
+    if not eq or group.split("/", 1)[0] not in GROUPS:
+        return None
+    root = conf.resolve()
+    for name in (o.strip() for o in option.strip("[]").split(",")):  # a sweep or a list of options
+        if not name:
+            continue
+        target = (conf / group / f"{name}.yaml").resolve()
+        parts = Path(name).parts
+        if name.startswith(("/", "~")) or ".." in parts or not target.is_relative_to(root):
+            return (
+                f"override {override!r}: {group}={name} names a file outside the config tree {conf}; moekit reads "
+                "config only from that tree.\n"
+                f"  fix: choose an option of conf/{group}/ ({', '.join(group_options(group, conf))}), or add your "
+                f"file there (or set MOEKIT_CONF_DIR to a tree that holds it)"
+            )
     return None
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
+from moekit import rundir
 from moekit.observe import summary
 from moekit.observe.metrics import series
 from moekit.observe.profile_rules import BUCKETS
@@ -36,8 +39,32 @@ def _save(plt, fig, runs: Sequence[Run], path: Path) -> None:
     """Every chart: the runs' provenance as a caption, then written and closed."""
     fig.text(0.01, 0.01, _caption(runs), fontsize=7, color="gray")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    # Into a new file renamed over `path`: a symbolic link planted at `path` is replaced, never followed.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, dpi=110, format="png")
+        os.chmod(tmp, 0o666 & ~rundir.umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+
+
+LABEL_WIDTH = 24  # characters per line of a bar's label: a long run name wraps instead of running past its bar
+
+
+def _wrapped(name: str) -> str:
+    """A label on lines of at most LABEL_WIDTH characters (long words cut too: a run name has no spaces)."""
+    return textwrap.fill(name, LABEL_WIDTH, break_long_words=True) if len(name) > LABEL_WIDTH else name
+
+
+def _legend_outside(ax) -> None:
+    """The legend right of the axes, where it covers no data (tight_layout makes room for it)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def _excluded(r: Run) -> set[int]:
@@ -66,7 +93,7 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     ax.set(xlabel="step", ylabel="step time (s)", title=title)
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     _save(plt, fig, runs, out / STEP_TIME_PNG)
 
     fig, ax = plt.subplots(figsize=(wide, 4.5))
@@ -83,7 +110,7 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     bars = ax.bar(range(len(runs)), meds, yerr=err, capsize=4, color=[f"C{i}" for i in range(len(runs))])
     shown = [r.summary["tflops_per_device"] for r in runs]
     ax.bar_label(bars, labels=["n/a" if m is None else f"{m:.4g}" for m in shown], padding=3, fontsize=8)
-    ax.set_xticks(range(len(runs)), names, rotation=15 if len(runs) > 3 else 0, fontsize=8)
+    ax.set_xticks(range(len(runs)), [_wrapped(n) for n in names], rotation=15 if len(runs) > 3 else 0, fontsize=8)
     ax.set(ylabel="TFLOP/s per device (MaxText's count)", title="Throughput: steady-state median (bars: min-max)")
     ax.grid(axis="y", alpha=0.3)
     _save(plt, fig, runs, out / TFLOPS_PNG)
@@ -103,7 +130,7 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
         )
     ax.set(xlabel="step", ylabel="training loss", title="Loss curves")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     _save(plt, fig, runs, out / LOSS_PNG)
     written = [STEP_TIME_PNG, TFLOPS_PNG, LOSS_PNG]
     profiled = [(n, r) for n, r in zip(names, runs, strict=True) if (r.profile or {}).get("mean")]

@@ -18,6 +18,7 @@ from moekit.base import maxtext_files
 from moekit.config.checks import Problem
 from moekit.config.schema import Config, Data
 from moekit.plan import resolved_values
+from moekit.preflight import data_capacity
 
 REMOTE = ("gs://", "hf://", "s3://", "http://", "https://")
 
@@ -91,6 +92,13 @@ def columns(path: str, fmt: str) -> list[str]:
     return sorted(example.features.feature) if example else []
 
 
+def _size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
+
+
 def problems(cfg: Config) -> tuple[list[Problem], Found]:
     """What is wrong with the data for this config on this host (empty when it is ready)."""
     d, out = cfg.data, []
@@ -111,6 +119,18 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
                 )
             )
         files += matched
+    empty = [f for f in files if _size(f) == 0]
+    if empty:
+        shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+        out.append(
+            Problem(
+                "data.files",
+                f"{len(empty)} of the {len(files)} file(s) matching data.files are empty (0 bytes): {shown}",
+                "remove the empty files (an interrupted copy or export leaves them), or point data.files at files "
+                "that hold the data",
+            )
+        )
+        files = [f for f in files if f not in empty]
     if files:
         fmt = d.format or "parquet"
         try:
@@ -127,6 +147,8 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
                     f"data.column={present[0] if present else 'text'}",
                 )
             )
+        if present is not None and d.column in present:
+            out += data_capacity.problems(cfg, files)
     if d.dataset_type == "grain" and d.format == "parquet" and files:
         per_process = max(len(files) // cfg.num_processes, 1)  # MaxText's compute_file_sharding
         if d.workers > per_process:

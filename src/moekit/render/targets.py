@@ -30,6 +30,10 @@ class Target:
     """(text, config, --crd, --kubernetes) -> problems; None = nothing to check against."""
     pod_network: bool = True
     """False: its processes share one host's network (no pod network: the network warnings do not apply)."""
+    max_bytes: int = 0
+    """The largest file the cluster takes (0: no limit): `moekit render` refuses a larger one."""
+    limit: str = ""
+    """Whose limit max_bytes is, for the message."""
 
 
 def _jobset_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
@@ -61,8 +65,19 @@ def _slurm_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
 
 # target=<name> -> how to render it. One row per target.
 TARGETS: dict[str, Target] = {
-    "jobset": Target("jobset", "JobSet", _jobset_text, _jobset_check),
-    "slurm": Target("slurm", "Slurm batch script", _slurm_text),
+    # etcd's default request limit (--max-request-bytes, 1.5 MiB): the API server refuses a larger object.
+    "jobset": Target(
+        "jobset",
+        "JobSet",
+        _jobset_text,
+        _jobset_check,
+        max_bytes=1_572_864,
+        limit="the Kubernetes API server's object limit (etcd's default request size)",
+    ),
+    # slurmctld's default max_script_size (SchedulerParameters): sbatch refuses a larger script.
+    "slurm": Target(
+        "slurm", "Slurm batch script", _slurm_text, max_bytes=4 * 1024 * 1024, limit="Slurm's default max_script_size"
+    ),
     # One service per JobSet pod, on one Docker host: its containers share the host's GPUs and NVLink.
     "compose": Target("jobset", "Compose project", _compose_text, pod_network=False),
 }

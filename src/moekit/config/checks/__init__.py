@@ -2,13 +2,13 @@
 
 Each check returns Problems (key, what is wrong, the override that fixes it); `problems` runs all of
 them so a user sees every problem at once. Pure: no environment, files or clock. The checks live in one
-module per topic (mesh, moe, cluster, compute, text, family, data); CHECKS and WARNINGS list them here.
+module per topic (mesh, moe, cluster, compute, text, sizes, family, data); CHECKS and WARNINGS list them here.
 """
 
 from __future__ import annotations
 
 from moekit.base.errors import ConfigError
-from moekit.config.checks import cluster, compute, data, family, mesh, moe, text
+from moekit.config.checks import cluster, compute, data, family, mesh, moe, sizes, text
 from moekit.config.checks.problem import Check, Problem
 from moekit.config.schema import Config
 
@@ -36,6 +36,7 @@ CHECKS: list[Check] = [
     cluster.volumes_valid,
     cluster.checkpoints_persist,
     text.paths_fit_the_file_system,
+    sizes.environment_fits_a_launch,
     cluster.no_inline_secrets,
     data.data_source_complete,
     data.packing_with_te_attention,
