@@ -69,6 +69,23 @@ def test_a_run_that_exits_0_before_its_last_step_fails_with_its_class(log, last,
         assert found.doc.startswith("docs/troubleshooting.md#")
 
 
+@pytest.mark.integration  # trains: MaxText runs out of data between moekit's bound and the need
+def test_a_run_whose_data_runs_out_fails_with_its_class(tmp_path):
+    from conftest import moekit
+
+    write_parquet(tmp_path / "a.parquet", [TEXT * 20] * 4)  # 4 documents: the bound allows 4 + 33, 4 are there
+    runs = tmp_path / "runs"
+    proc = moekit(
+        "train", "experiment=smoke", "data=grain", "data.format=parquet", f"data.files={tmp_path}/*.parquet",
+        "train.steps=6", f"run.base_dir={runs}",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "training failed: data ran out (every process exited 0)" in proc.stderr
+    assert "docs/troubleshooting.md#data-ran-out" in proc.stderr and "of 6)" in proc.stderr
+    manifest = json.loads(next(runs.glob("smoke/*/manifest.json")).read_text())
+    assert manifest["status"] == "failed" and manifest["failure"]["class"] == "data_ended"
+
+
 def test_the_data_classes_are_read_from_a_crashed_log_too():
     assert failures.classify(1, f"x\n{ITER_FAILED}\nTraceback").name == "data_error"
 
