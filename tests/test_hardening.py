@@ -305,3 +305,112 @@ def test_records_get_the_mode_every_other_file_gets(tmp_path):
     rundir.write_json(tmp_path / "m.json", {"a": 1})
     (tmp_path / "plain").write_text("")
     assert stat.S_IMODE((tmp_path / "m.json").stat().st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
+
+
+# ---- 10, 12, 13, 16: report on many steps, non-finite metrics, where reports go, plots ----
+
+RUNS = Path(__file__).parent / "data" / "runs"
+
+
+def _copy_run(src: str, dst: Path, steps: int | None = None, nan_from: int | None = None) -> Path:
+    """A recorded CPU run (tests/data/runs) copied, its last record repeated to `steps` steps, NaN from `nan_from`."""
+    import shutil
+
+    shutil.copytree(RUNS / src, dst)
+    rows = [json.loads(line) for line in (dst / "metrics.jsonl").read_text().splitlines()]
+    steps = steps or len(rows)
+    out = []
+    for i in range(steps):
+        row = dict(rows[min(i, len(rows) - 1)], step=i)
+        if nan_from is not None and i >= nan_from:
+            row["learning/loss"] = float("nan")
+            row["perf/step_time_seconds"] = float("inf") if i == nan_from else float("nan")
+        out.append(json.dumps(row) + "\n")
+    (dst / "metrics.jsonl").write_text("".join(out))
+    cfg = (dst / "config.yaml").read_text()
+    (dst / "config.yaml").write_text(cfg.replace("steps: 4\n", f"steps: {steps}\n"))
+    return dst
+
+
+def test_report_time_is_linear_in_metric_lines(tmp_path, capsys):
+    import time
+
+    from moekit import cli
+
+    def took(steps: int) -> float:
+        run = _copy_run("b2", tmp_path / f"r{steps}", steps)
+        start = time.perf_counter()
+        assert cli.main(["report", str(run)]) == 0
+        return time.perf_counter() - start
+
+    took(4)  # imports and matplotlib's first use
+    small, large = took(2_000), took(20_000)
+    # A pass over every step per step (what the throughput plot did) took 26 s for 10,000 steps and 279 s for 30,000.
+    assert large < 10 * 3 * small, (small, large)
+
+
+def test_non_finite_metrics_make_a_report_row_not_ok_and_are_never_warm_up(tmp_path):
+    from moekit.observe import report as rep
+    from moekit.observe import rundata, steady
+
+    run = rundata.load(_copy_run("ckpt", tmp_path / "nan", nan_from=7))
+    status = rep.status(run)
+    assert status != "ok" and "loss not finite at step(s) 7-9" in status, status
+    left_out = run.summary.get("excluded") or {}
+    reasons = {int(k): v for k, v in left_out.items()} if isinstance(left_out, dict) else {}
+    steps = [steady.Step(int(r["step"]), r["perf/step_time_seconds"], 1) for r in run.metrics.rows]
+    verdict = steady.judge(steps, {})
+    assert {verdict.left_out[s] for s in (7, 8, 9)} == {steady.NONFINITE}, (verdict.left_out, reasons)
+
+
+def test_a_report_of_runs_in_different_folders_needs_out(tmp_path, capsys):
+    from moekit import cli
+
+    a = _copy_run("b2", tmp_path / "x" / "a")
+    b = _copy_run("b4", tmp_path / "y" / "b")
+    assert cli.main(["report", str(a), str(b)]) == 2
+    assert "lie in different folders" in capsys.readouterr().err and not (tmp_path / "report.md").exists()
+    assert cli.main(["report", str(a), str(b), "--out", str(tmp_path / "rep")]) == 0
+    assert (tmp_path / "rep" / "report.md").is_file()
+    c = _copy_run("b4", tmp_path / "x" / "c")  # side by side in one folder (a sweep's): written there
+    assert cli.main(["report", str(a), str(c)]) == 0 and (tmp_path / "x" / "report.md").is_file()
+
+
+def test_a_fabric_only_run_directory_is_reported(tmp_path, capsys):
+    from moekit import cli
+
+    run = _copy_run("b2", tmp_path / "fabric")
+    (run / "metrics.jsonl").unlink()
+    cfg = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(cfg + "fabric:\n  only: true\n" if "fabric:" not in cfg else cfg.replace(
+        "  only: false", "  only: true"))  # fmt: skip
+    fabric = {
+        "link_names": {"scale_up": "within a node"},
+        "results": [
+            {"collective": "all_reduce", "size_bytes": 1 << 20, "groups": 1, "group_size": 2, "link_class": "scale_up",
+             "time_s": 0.001, "gb_per_s": 1.5, "expected_gb_per_s": None, "ratio": None, "per_rank": []}
+        ],
+        "problems": [],
+    }  # fmt: skip
+    (run / "fabric.json").write_text(json.dumps(fabric))
+    assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "all_reduce" in out.out and "maxtext.log" not in out.out + out.err
+    assert "fabric-only run" in (run / "report.md").read_text()
+
+
+def test_plots_keep_long_labels_and_legends_off_the_data(tmp_path):
+    from moekit.observe import plots, rundata
+
+    long = "experiment=smoke moe=ragged_dot precision=bf16 train.per_device_batch_size=4 xla=blog"
+    runs = [rundata.load(_copy_run(n, tmp_path / n)) for n in ("b2", "b4")]
+    plots.write(runs, [long, long + " memory=remat_full"], tmp_path / "out")
+    assert plots._wrapped(long).count("\n") >= 3 and max(map(len, plots._wrapped(long).split("\n"))) <= 24
+    plt = plots._pyplot()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(range(10), range(10), label=long)
+    plots._legend_outside(ax)
+    fig.tight_layout()
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # right of the axes: it covers no point

@@ -63,8 +63,9 @@ def _wrapped(name: str) -> str:
 
 def _legend_outside(ax) -> None:
     """The legend right of the axes, where it covers no data (tight_layout makes room for it)."""
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:  # labels wrapped: a long run name would leave the axes no width
+        ax.legend(handles, [_wrapped(n) for n in labels], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def _excluded(r: Run) -> set[int]:
@@ -100,7 +101,8 @@ def write(runs: Sequence[Run], names: Sequence[str], out: Path) -> list[str]:
     meds = [r.summary["tflops_per_device"] or 0.0 for r in runs]
     spans = []
     for r in runs:
-        counted = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in _excluded(r)]
+        left_out = _excluded(r)  # once per run: inside the comprehension it cost a pass over every step per step
+        counted = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in left_out]
         vals = counted if r.summary["tflops_per_device"] is not None and counted else [0.0]
         spans.append((max(0.0, min(vals)), max(vals)))
     err = [
