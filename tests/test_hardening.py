@@ -414,3 +414,29 @@ def test_plots_keep_long_labels_and_legends_off_the_data(tmp_path):
     fig.canvas.draw()
     legend = ax.get_legend().get_window_extent()
     assert legend.x0 >= ax.get_window_extent().x1  # right of the axes: it covers no point
+
+
+# ---- 14. data prepare's parquet shards and data=hf agree on one vocabulary fix ----
+
+
+def test_parquet_shards_pass_data_hf_with_the_fix_every_place_prints(tmp_path, capsys):
+    import re
+
+    from moekit import cli
+    from moekit.config.compose import config_dir
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text(TEXT * 200 + "\n")
+    assert cli.main(["data", "prepare", str(src), "--out", str(tmp_path / "pq"), "--format", "parquet"]) == 0
+    capsys.readouterr()
+    run_line = (config_dir() / "data" / "hf.yaml").read_text().splitlines()[0]
+    documented = re.search(r"model\.extra\.vocab_size=(\d+)", run_line)[1]
+    files = f"data.files={tmp_path}/pq/*.parquet"
+    refused = [p for p in data_preflight.problems(compose("smoke", ["data=hf", files]))[0]]
+    assert [p.key for p in refused] == ["data.tokenizer"]
+    assert f"model.extra.vocab_size={documented} " in refused[0].fix, (refused[0].fix, documented)
+    fixed = compose("smoke", ["data=hf", files, f"model.extra.vocab_size={documented}", "train.steps=1"])
+    assert data_preflight.problems(fixed)[0] == []
+    assert cli.main(["config", "groups"]) == 0
+    assert f"model.extra.vocab_size={documented}" in capsys.readouterr().out

@@ -62,6 +62,12 @@ def vocab_size(path: str, tokenizer_type: str) -> int:
     return int(tok._tokenizer_model.GetPieceSize())  # SentencePieceProcessor: MaxText exposes no public count
 
 
+def vocab_fit(vocab: int) -> int:
+    """The model vocabulary moekit suggests for a tokenizer of `vocab` tokens: rounded up to a multiple of 128 (the
+    one number every message, `data prepare`'s summary and conf/data/hf.yaml's run line give)."""
+    return -(-vocab // 128) * 128
+
+
 def columns(path: str, fmt: str) -> list[str]:
     """The columns (features) of the first record of one data file."""
     if fmt == "parquet":
@@ -178,7 +184,7 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
     values = resolved_values(cfg, *maxtext_files.model_values(cfg.model.name))
     model_vocab = int(values["vocab_size"])
     if vocab is not None and vocab > model_vocab:
-        fit = -(-vocab // 128) * 128
+        fit = vocab_fit(vocab)
         out.append(
             Problem(
                 "data.tokenizer",

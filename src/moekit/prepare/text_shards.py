@@ -95,7 +95,7 @@ class Summary:
             data = "data=grain" + ("" if self.format == "arrayrecord" else " data.format=parquet")
             data += f" data.tokenizer={self.tokenizer}" if self.tokenizer != TOKENIZER else ""
             data += f" data.tokenizer_type={self.tokenizer_type}" if self.tokenizer_type != "sentencepiece" else ""
-        fit = f" model.extra.vocab_size={-(-self.vocab // 128) * 128}" if self.vocab > SMOKE_VOCAB else ""
+        fit = f" model.extra.vocab_size={data_preflight.vocab_fit(self.vocab)}" if self.vocab > SMOKE_VOCAB else ""
         return (
             f"prepared {self.files:,} files ({self.bytes / 1e6:.1f} MB) -> {self.documents:,} documents, "
             f"{self.tokens:,} tokens ({self.tokenizer}, {self.vocab:,}-token vocabulary) in {len(self.shards)} "
