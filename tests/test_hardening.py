@@ -440,3 +440,19 @@ def test_parquet_shards_pass_data_hf_with_the_fix_every_place_prints(tmp_path, c
     assert data_preflight.problems(fixed)[0] == []
     assert cli.main(["config", "groups"]) == 0
     assert f"model.extra.vocab_size={documented}" in capsys.readouterr().out
+
+
+# ---- 15. moekit fabric is judged as the check it is, not as training ----
+
+
+def test_a_fabric_only_job_is_not_refused_for_training_reasons_and_shows_no_maxtext_command(capsys):
+    from moekit import cli
+
+    ep = ["experiment=smoke", "cluster.processes_per_node=2", "parallelism.ici.expert=2"]
+    trained = [p.key for p in problems(compose(None, ep))]
+    assert "moe.dispatch" in trained  # training on this mesh needs the ring dispatch on CPU
+    assert problems(compose(None, [*ep, "fabric.only=true"])) == []
+    assert cli.main(["fabric", *ep, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "no MaxText command runs" in out and "maxtext.trainers" not in out and "# MaxText command" not in out
+    assert problems(compose(None, [*ep[:2], "parallelism.ici.expert=3", "fabric.only=true"]))  # the mesh still counts

@@ -396,7 +396,10 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
             text = progress.format_progress(s, steps, time.monotonic() - started, pace)
             print(("\r" + text) if tty else text, end="" if tty else "\n", flush=True)
 
-    phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
+    if cfg.fabric.only:  # no MaxText: the rendezvous, then the collectives of the mesh
+        phase(f"launching {len(specs)} process(es) for the fabric check: rendezvous, then each collective")
+    else:
+        phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
     scrub = ctx.scrub
     stacks = [ctx.run / jobmod.per_process(watchdog.STACKS, int(p.get(rz.PROCESS_ID, 0))) for p in ctx.procs]
     with preemption.Notice(saves=cfg.checkpoint.every > 0) as notice:

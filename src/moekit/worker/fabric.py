@@ -340,6 +340,9 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
         _fail([fv.missing_problem(stage, who, spec["timeout_s"], link_class, verb)], record, spec, rank)
 
     watchdog = _Watchdog(spec["timeout_s"] + 5, timed_out)
+    if _fault(environ, rank) == "stop_early":  # test fault: stopped before it published its host name
+        print(f"moekit: fabric: test fault: rank {rank} stops before the check starts", flush=True)
+        time.sleep(10**6)
     meet.exchange_hosts()
     mesh = build_mesh(devices, spec["ici"], spec["dcn"])
     per_node = max(1, len(devices) // spec["nodes"])

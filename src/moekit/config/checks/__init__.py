@@ -12,7 +12,17 @@ from moekit.config.checks import cluster, compute, data, family, mesh, moe, size
 from moekit.config.checks.problem import Check, Problem
 from moekit.config.schema import Config
 
-__all__ = ["CHECKS", "WARNINGS", "Check", "Problem", "ensure_valid", "format_warnings", "problems", "warnings"]
+__all__ = [
+    "CHECKS",
+    "TRAINING_ONLY",
+    "WARNINGS",
+    "Check",
+    "Problem",
+    "ensure_valid",
+    "format_warnings",
+    "problems",
+    "warnings",
+]
 
 # Every check, in the order its problems print; a topic module holds the checks of one concern.
 CHECKS: list[Check] = [
@@ -47,6 +57,33 @@ CHECKS: list[Check] = [
     family.backend_supports_family,
     family.attention_runs_the_family,
 ]
+# Checks of what training runs (the model, its MoE layer, precision, memory, data, the batch): a fabric-only job
+# (`moekit fabric`, fabric.only=true) runs the rendezvous and the collectives of the mesh, never MaxText, so none of
+# them apply to it.
+TRAINING_ONLY: frozenset[Check] = frozenset(
+    {
+        mesh.experts_divide_over_ep,
+        mesh.batch_divides,
+        moe.dropless,
+        moe.megablox_on_gpu,
+        moe.tokamax_gpu_takes_half_precision,
+        compute.precision_supported,
+        moe.te_moe_requirements,
+        moe.te_gmm_requirements,
+        moe.dispatch_fits_backend,
+        compute.memory_policy_consistent,
+        compute.attention_supported,
+        compute.profile_window_fits,
+        data.data_source_complete,
+        data.packing_with_te_attention,
+        family.routing_has_one_owner,
+        family.decoder_reads_the_routing,
+        family.layers_fit_the_family,
+        family.group_limited_routing,
+        family.backend_supports_family,
+        family.attention_runs_the_family,
+    }
+)
 # What runs, but not as the user likely means (slow, not refused); printed before launch.
 WARNINGS: list[Check] = [
     compute.custom_policy_names_both_tags,
@@ -60,7 +97,7 @@ def problems(cfg: Config) -> list[Problem]:
     beyond 64 bits) come alone: the other checks compute with them."""
     if found := list(text.numbers_in_range(cfg)):
         return found
-    return [p for fn in CHECKS for p in fn(cfg)]
+    return [p for fn in CHECKS if not (cfg.fabric.only and fn in TRAINING_ONLY) for p in fn(cfg)]
 
 
 def warnings(cfg: Config) -> list[Problem]:
