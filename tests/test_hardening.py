@@ -456,3 +456,32 @@ def test_a_fabric_only_job_is_not_refused_for_training_reasons_and_shows_no_maxt
     out = capsys.readouterr().out
     assert "no MaxText command runs" in out and "maxtext.trainers" not in out and "# MaxText command" not in out
     assert problems(compose(None, [*ep[:2], "parallelism.ici.expert=3", "fabric.only=true"]))  # the mesh still counts
+
+
+# ---- 16. the first hour: help texts, docs, notices ----
+
+
+def test_make_help_lists_every_documented_target():
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    documented = re.findall(r"^([^\s:#=]+):[^=\n]*##", (repo / "Makefile").read_text(), re.M)
+    shown = subprocess.run(["make", "-s", "help"], cwd=repo, capture_output=True, text=True, check=True).stdout
+    listed = [line.split()[0] for line in shown.splitlines() if line.strip()]
+    assert "k8s" in documented and listed == documented, (documented, listed)
+
+
+def test_tokenizer_import_prints_no_transformers_notice():
+    code = "from moekit.base import maxtext_files; maxtext_files.tokenizer_module()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={
+        k: v for k, v in os.environ.items() if k != "TRANSFORMERS_NO_ADVISORY_WARNINGS"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "PyTorch was not found" not in proc.stderr + proc.stdout
+
+
+def test_an_unknown_option_suggests_what_the_config_chose_not_the_first_name(capsys):
+    from moekit import cli
+
+    assert cli.main(["config", "show", "experiment=smoke", "moe=fast"]) == 2
+    err = capsys.readouterr().err
+    assert "fix: moe=ragged_dot (what the config chooses without it" in err and "moe=dense" not in err.split("fix:")[1]

@@ -17,14 +17,20 @@ from moekit.render import document
 from moekit.render import validate as val
 from moekit.render.targets import TARGETS, Target
 
-HELP = "write the composed config as a JobSet manifest or a Slurm batch script"
+HELP = "write the composed config as a JobSet manifest, a Slurm batch script or a Compose project"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The target and overrides, -o, --check, --crd, --kubernetes and --refresh."""
     p.add_argument("overrides", nargs="*", help=f"target=({'|'.join(TARGETS)}) plus Hydra overrides")
     p.add_argument("-o", "--output", help="write to FILE instead of standard output")
-    p.add_argument("--check", action="store_true", help="validate the manifest as the cluster would; exit 1 on errors")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the file before it is used; exit 1 on errors. jobset: the JobSet CRD, the Kubernetes pod "
+        "schema and the webhook's rules; compose: docker compose config; slurm: shell syntax (bash -n; Slurm itself "
+        "checks the #SBATCH options: sbatch --test-only)",
+    )
     p.add_argument(
         "--crd",
         help="your cluster's JobSet CRD for --check (kubectl get crd jobsets.jobset.x-k8s.io -o yaml); "
@@ -171,14 +177,14 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         if target.check is None:
             name = split_target(args.overrides)[0]
-            raise MoekitError(f"--check validates JobSets only; target={name} has no schema to check against")
+            raise MoekitError(f"--check: target={name} has nothing to check it against")
         found = target.check(text, cfg, args.crd, args.kubernetes)
         for p in found:
             print(f"moekit: invalid: {p}", file=sys.stderr)
         if found:
-            print(f"moekit: {len(found)} problem(s); the cluster would reject this manifest", file=sys.stderr)
+            print(f"moekit: {len(found)} problem(s); the cluster would reject this {target.title}", file=sys.stderr)
             return 1
-        print("moekit: valid (JobSet CRD, Kubernetes pod schema, JobSet webhook rules)", file=sys.stderr)
+        print(f"moekit: valid ({target.checked})", file=sys.stderr)
     if args.output:
         write_output(Path(args.output), text)
     else:

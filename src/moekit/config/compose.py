@@ -368,7 +368,11 @@ def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
     else:
         mean = ""
     # An experiment is a whole setup: only a name close to the one typed is a fix, never an arbitrary other one.
-    tries = close if group == "experiment" else [*close, *options]
+    # Otherwise the option the config chooses without the override comes first (what the experiment was tuned with),
+    # before any other in alphabetical order (which would put a slow path such as moe=dense first).
+    chosen = _chosen_without(group, rest, conf)
+    default = [chosen] if chosen in options and chosen not in close else []
+    tries = close if group == "experiment" else [*close, *default, *[o for o in options if o not in default]]
     if _TRYING:  # a try's own error: no nested search for fixes
         return f"  fix: pick one of them ({group}=OPTION)"
     for option in tries[:8]:  # each try composes the config (about 0.2 s), on this error path only
@@ -376,14 +380,28 @@ def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
             _TRYING.append(option)
             if not problems(validate(compose_raw([*rest, f"{group}={option}"], conf))):
                 mean = mean or (f"  did you mean {group}={option}?\n" if option in close else "")
+                why = "what the config chooses without it; " if option in default else ""
                 return f"{mean}  fix: {group}={option}" + (
-                    "" if option in close else " (accepted with your other overrides)"
+                    "" if option in close else f" ({why}accepted with your other overrides)"
                 )
         except ConfigError:
             continue
         finally:
             _TRYING.pop()
     return f"{mean}  fix: pick one of them ({group}=OPTION; `moekit config groups` says what each is)"
+
+
+def _chosen_without(group: str, overrides: Sequence[str], conf: Path) -> str | None:
+    """The option of `group` the config tree chooses with these overrides (the experiment's or config.yaml's), or
+    None when that does not compose."""
+    from hydra import compose
+
+    try:
+        with hydra_at(conf):
+            cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        return cfg.hydra.runtime.choices.get(group)
+    except Exception:  # noqa: BLE001 (any refusal: no option to put first)
+        return None
 
 
 def closest(typed: str, options: Sequence[str]) -> list[str]:

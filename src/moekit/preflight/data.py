@@ -52,8 +52,7 @@ def resolve_tokenizer(name: str) -> str:
 
 def vocab_size(path: str, tokenizer_type: str) -> int:
     """Load the tokenizer with MaxText's own loader and count its tokens."""
-    from maxtext.input_pipeline import tokenizer
-
+    tokenizer = maxtext_files.tokenizer_module()
     tok = tokenizer.build_tokenizer(path, tokenizer_type, True, True, os.environ.get("HF_TOKEN"))
     if tokenizer_type == "tiktoken":
         return int(tok.n_words)

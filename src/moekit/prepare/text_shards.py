@@ -185,14 +185,13 @@ def chunks(text: str, chunk_bytes: int) -> list[str]:
 def token_counter(tokenizer: str, tokenizer_type: str) -> tuple[Callable[[list[str]], list[int]], int, str]:
     """(count tokens of each text, vocabulary size, resolved path), loaded with MaxText's own loader, as training
     loads it. PrepareError when it does not load."""
-    from maxtext.input_pipeline import tokenizer as mt
+    from moekit.base import maxtext_files
 
+    mt = maxtext_files.tokenizer_module()
     path = data_preflight.resolve_tokenizer(tokenizer)
     try:
         tok = mt.build_tokenizer(path, tokenizer_type, False, False, os.environ.get("HF_TOKEN"))
     except Exception as exc:  # MaxText's loaders raise ValueError; Hugging Face raises OSError offline
-        from moekit.base import maxtext_files
-
         raise PrepareError(
             f"the {tokenizer_type} tokenizer {tokenizer!r} does not load: {str(exc).splitlines()[0][:300]}; use one "
             f"MaxText ships ({', '.join(maxtext_files.shipped_tokenizers())}) or a path, with its --tokenizer-type"

@@ -256,7 +256,7 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         watchdog.failure(outcome.hang, outcome.stacks, 128 + signal.SIGKILL) if outcome.hang is not None else None,
         (lambda: crashed(outcome.failed_rank)) if outcome.failed_rank is not None else None,
     )
-    if failure is None and launched:  # every process exited 0: did they train every step they were given?
+    if failure is None and launched and not cfg.fabric.only:  # all exited 0: did they train every step given?
         with _log_lines(specs[0].log, outcome, 0) as lines:
             failure = failures.unfinished(lines, last, cfg.train.steps, int(ctx.procs[0].get(rz.PROCESS_ID, 0)) == 0)
 
