@@ -10,7 +10,7 @@ export PYTHONWARNINGS := ignore::UserWarning:hydra,ignore::FutureWarning:hydra
 .PHONY: help venv smoke test test-fast lint lock clean k8s recipes
 
 help:  ## list targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
+	@grep -E '^[a-z0-9_-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
 venv: $(STAMP)  ## create .venv (Python >= 3.12) with moekit and the pinned CPU training stack
 

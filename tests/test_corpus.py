@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +96,7 @@ def test_the_command_prints_a_summary_and_refuses_with_exit_2(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "prepared 2 files" in captured.out and "2 arrayrecord shards" in captured.out
     assert f"data.files='{out}/*.arrayrecord'" in captured.out
-    assert "100% 2/2 files" in captured.err  # not a terminal: plain progress lines
+    assert re.search(r"100% \d+\.\d/\d+\.\d MB  2 files", captured.err), captured.err  # not a terminal: plain lines
     refusals = {
         "already exists": ["data", "prepare", str(src), "--out", str(out)],
         "holds no file": ["data", "prepare", str((tmp_path / "empty").mkdir() or tmp_path / "empty"), "--out", "x"],
@@ -290,3 +292,79 @@ def test_the_loss_gap_tool_on_real_twins_and_its_refusal(stdlib_run, fp32_twin, 
     assert record["candidate"]["corpus"]["sha256"] == record["reference"]["corpus"]["sha256"]
     assert record["candidate"]["versions"]["maxtext"] and "precision=fp32" in record["candidate"]["overrides"]
     assert f"{expected:+.2%}" in tool.stdout
+
+
+# ---- scale and robustness of the folder -> shards step ----
+
+
+def test_chunking_is_linear_in_line_length_and_cuts_at_characters():
+    import time
+
+    line = ("é" * 8_000_000) + "\n"  # a 16 MB line, two bytes a character: a cut must never split one
+    start = time.perf_counter()
+    pieces = text_shards.chunks(line, 4096)
+    took = time.perf_counter() - start
+    assert "".join(pieces) == line and all(len(p.encode()) <= 4096 for p in pieces)
+    # Re-encoding the rest of the line at every cut (quadratic) took 630 s for a 50 MB line, about 65 s for this one;
+    # one pass takes well under a second here. The bound leaves room for a loaded machine.
+    assert took < 15, took
+
+
+def test_progress_moves_within_one_large_file(tmp_path):
+    import io
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "one.txt").write_text(("the cat sat on the mat . " * 40 + "\n") * 3000)  # 3 MB in one file
+    stream = io.StringIO()
+    text_shards.prepare(text_shards.source_files(src), tmp_path / "out", stream=stream)
+    shown = [ln.split("%")[0].strip() for ln in stream.getvalue().splitlines()]
+    assert len(set(shown)) >= 3, stream.getvalue()  # batches of about 1 MB: not one jump from 0% to 100%
+
+
+def test_binary_files_are_refused_as_text_or_left_out_of_a_corpus(tmp_path):
+    src = tree(tmp_path / "src")
+    (src / "blob.txt").write_bytes(b"\0" * 64)
+    files = text_shards.source_files(src)
+    with pytest.raises(text_shards.PrepareError, match="blob.txt is binary, not text .a NUL byte at byte 0."):
+        text_shards.prepare(files, tmp_path / "strict")
+    assert text_shards.prepare(files, tmp_path / "out", skip_undecodable=True).skipped == [str(src / "blob.txt")]
+
+
+def test_an_output_folder_inside_the_source_is_never_read_back(tmp_path, capsys):
+    src = tree(tmp_path / "src")
+    assert cli.main(["data", "prepare", str(src), "--out", str(src / "shards")]) == 0
+    first = capsys.readouterr().out
+    assert cli.main(["data", "prepare", str(src), "--out", str(src / "shards2")]) == 0
+    second = capsys.readouterr().out
+    assert "prepared 3 files" in first and "prepared 3 files" in second  # neither shards nor corpus.json read
+
+
+def test_a_killed_preparation_leaves_no_temporary_folder_for_long(tmp_path):
+    import socket
+
+    out = tmp_path / "out"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = tmp_path / f".out.tmp-{socket.gethostname()}-{dead.stdout.strip()}"
+    (stale / "x").mkdir(parents=True)
+    live = tmp_path / f".out.tmp-{socket.gethostname()}-{os.getpid()}-other"  # not ours to judge: kept
+    live.mkdir()
+    text_shards.prepare(text_shards.source_files(tree(tmp_path / "src")), out)
+    assert not stale.exists() and live.exists() and (out / "corpus.json").is_file()
+
+
+def test_a_damaged_cached_corpus_is_detected_and_prepared_again(tmp_path, capsys):
+    env = {"MOEKIT_CACHE_DIR": str(tmp_path / "cache")}
+    options = text_shards.Options(chunk_bytes=4096, shards=2)
+    src = tree(tmp_path / "src")
+    out = corpus.cache_folder("stdlib", options, env)
+    text_shards.prepare(text_shards.source_files(src), out, options, source="test")
+    record = text_shards.read_summary(out)
+    shard = out / record["shards"][0]["name"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one flipped byte
+    shard.write_bytes(bytes(data))
+    assert text_shards.damaged(out, record) == [shard.name]
+    found_out, found = corpus.ensure("stdlib", options, env)
+    assert "is damaged" in capsys.readouterr().err and found_out == out
+    assert not text_shards.damaged(out, found) and found["source"].startswith("python stdlib")

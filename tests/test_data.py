@@ -169,7 +169,7 @@ def test_two_processes_read_different_shards(tmp_path):
         "data=hf",
         f"data.files={tmp_path}/*.parquet",
         "data.workers=0",
-        "model.extra.vocab_size=151936",
+        "model.extra.vocab_size=151680",
         "train.steps=6",
         "train.per_device_batch_size=1",
         "cluster.processes_per_node=2",

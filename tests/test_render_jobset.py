@@ -410,6 +410,8 @@ def test_compose_mounts_the_volumes_instead_of_per_node_folders():
     assert plain["services"]["node-1"]["volumes"] == ["${MOEKIT_RUNS:-./outputs}/node-1:/workspace/outputs"]
 
 
-def test_check_names_the_target_it_cannot_validate():
-    proc = moekit("render", "experiment=smoke", "target=compose", "--check")
-    assert proc.returncode == 2 and "target=compose has no schema" in proc.stderr, proc.stderr
+def test_check_validates_every_target_and_says_with_what():
+    for target, said in [("compose", "docker compose config"), ("slurm", "shell syntax"), ("jobset", "JobSet CRD")]:
+        proc = moekit("render", "experiment=smoke", f"target={target}", "--check")
+        assert proc.returncode == 0 and f"moekit: valid ({said}" in proc.stderr, (target, proc.stderr)
+    assert "compose" in moekit("render", "--help").stdout

@@ -260,3 +260,63 @@ def test_secret_name_may_take_a_secret_by_interpolation():
     view = json.loads(proc.stdout)
     assert view["env"]["WANDB_API_KEY"] == "<redacted>"
     assert view["config"]["hardware"]["env"]["WANDB_API_KEY"] == "<redacted>"
+
+
+# ---- a password inside a URL, whatever key holds it ----
+
+URL_PW = "Pl4ntedUrlPw"
+URL = f"https://alice:{URL_PW}@data.example.com/train-*.arrayrecord"
+
+
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        (URL, "https://alice:<redacted>@data.example.com/train-*.arrayrecord"),
+        ("x='s3://k:p%2Fq@b/o' y", "x='s3://k:<redacted>@b/o' y"),
+        (
+            "postgres://u:pw@db:5432/x and redis://:hunter22@r/0",
+            "postgres://u:<redacted>@db:5432/x and redis://:<redacted>@r/0",
+        ),
+        ("ssh://git@github.com/a/b https://example.com/a:b@c", "ssh://git@github.com/a/b https://example.com/a:b@c"),
+        ("user:pass@host (no scheme) and a:b", "user:pass@host (no scheme) and a:b"),
+    ],
+)
+def test_url_passwords_are_redacted_and_nothing_else(text, shown):
+    assert redact.redact_urls(text) == shown
+
+
+def test_url_passwords_are_redacted_in_trees_assignments_scrubbers_and_streams(capsys):
+    import sys
+
+    tree = {"data": {"files": URL, "steps": 3}, "env": [f"DB=mysql://root:{URL_PW}@h/db"]}
+    assert URL_PW not in json.dumps(redact.redact_tree(tree))
+    assert URL_PW in redact.secret_values({}, tree)  # scrubbed from logs even where it appears without its URL
+    assert redact.secret_values({"PIP_INDEX_URL": f"https://u:{URL_PW}@pypi.example"}) == {URL_PW}
+    assert URL_PW not in " ".join(redact.redact_assignments([f"data.files={URL}"]))
+    scrub = redact.Scrubber(set())  # no secret known in advance: a URL password is still scrubbed
+    assert scrub and URL_PW not in scrub(f"Config param hf_train_files: {URL}")
+    redact.RedactingStream(sys.stdout).write(f"error: cannot open {URL}\n")
+    assert URL_PW not in capsys.readouterr().out
+
+
+def test_run_records_carry_no_url_password(tmp_path):
+    from moekit import rundir
+
+    rundir.write_json(tmp_path / "m.json", {"overrides": [f"data.files={URL}"]})
+    text = (tmp_path / "m.json").read_text()
+    assert URL_PW not in text and "alice:<redacted>@data.example.com" in text
+
+
+def test_dry_run_and_renders_carry_no_url_password(capsys, tmp_path):
+    from moekit import cli
+
+    given = ["data=grain", f"data.files={URL}", f"cluster.env.DB_URL=postgres://bob:{URL_PW}@db/x"]
+    assert cli.main(["train", "experiment=smoke", *given, "--dry-run", "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert URL_PW not in out.out + out.err and "alice:<redacted>@" in out.out
+    for target in ("jobset", "slurm", "compose"):
+        assert cli.main(["render", "experiment=smoke", f"target={target}", *given, "-o", str(tmp_path / target)]) == 0
+        err = capsys.readouterr().err
+        assert "a password in a URL was replaced" in err, target
+        text = (tmp_path / target).read_text()
+        assert URL_PW not in text and "bob:<redacted>@db" in text, target

@@ -18,6 +18,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from moekit.base import redact
 from moekit.base.errors import MoekitError
 
 # name -> module under moekit.commands. Only the command that runs is imported, with its dependencies:
@@ -104,6 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     interrupt returns 130 and a closed stdout pipe 141."""
     warnings.filterwarnings("ignore", module="hydra")
     warnings.filterwarnings("ignore", category=UserWarning)
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = redact.RedactingStream(sys.stdout), redact.RedactingStream(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = parse(sys.argv[1:] if argv is None else argv)
         code = importlib.import_module(f"moekit.commands.{COMMANDS[args.command]}").run(args)

@@ -94,6 +94,7 @@ CLASSES = (
         "coordinator conflict",
         (
             r"unexpectedly tried to connect (with a different incarnation|while it is already in error)",
+            r"ALREADY_EXISTS.*(newer|different) incarnation",  # the loser of two jobs that share a fixed port
             r"Unexpected task registered with task",
             r"Failed to add port to server.*(Address already in use|bind)",
             r"Failed to start RPC server",
@@ -122,6 +123,17 @@ CLASSES = (
         ),
     ),
 )
+# MaxText's train loop ends quietly (exit 0, "Training stopped: ...") when its data loader raises: the data ran out
+# (StopIteration) or reading a batch failed. Both are failures of the run: it did not train the steps it was given.
+# MaxText 0.2.5 (common/data_loader.py): StopIteration -> "You may have run out of training data", any other
+# exception -> "`next(self.data_iterator)` failed with <type> exception: (...)".
+DATA_ENDED = FailureClass("data_ended", "data ran out", (r"run out of training data",))
+DATA_ERROR = FailureClass(
+    "data_error",
+    "data pipeline failed",
+    (r"`next\(self\.data_iterator\)` failed with .*", r"load_next_batch\(\)` failed"),
+)
+CLASSES = (DATA_ENDED, DATA_ERROR, *CLASSES)
 # The loss became NaN or Inf: MaxText stops itself (abort_on_nan_loss, abort_on_inf_loss). Checked first: the
 # abort is the training's own verdict, whatever else the log says.
 NAN_LOSS = FailureClass("nan_loss", "loss not finite", (r"Aborting training due to (NaN|Inf) loss",))
@@ -132,12 +144,16 @@ OTHER = FailureClass("error", "error in the training program", ())
 # within run.stall_timeout_s (run/watchdog.py).
 PREEMPTED = FailureClass("preempted", "preempted", ())
 HANG = FailureClass("hang", "hang", ())
+# Set by moekit: every process exited 0, yet the run recorded fewer steps than it was given (no data class's line).
+UNFINISHED = FailureClass("unfinished", "ended before its last step", ())
+# Set by moekit: a process could not be started at all (the kernel refused its arguments or environment).
+NOT_STARTED = FailureClass("not_started", "processes could not start", ())
 # What a series (series/trial.py) reads of a `moekit train` child that recorded no class of its own: still running
 # at its time limit, refused before launching anything, or ended without writing its manifest's outcome.
 TIMEOUT = FailureClass("timeout", "timed out", (), trial_status="timeout")
 REFUSED = FailureClass("refused", "refused before launch", ())
 UNRECORDED = FailureClass("error", "ended without a record", ())
-ALL = (*CLASSES, KILLED, PREEMPTED, HANG, TIMEOUT, REFUSED, UNRECORDED, OTHER)
+ALL = (*CLASSES, KILLED, PREEMPTED, HANG, UNFINISHED, NOT_STARTED, TIMEOUT, REFUSED, UNRECORDED, OTHER)
 BY_NAME = {c.name: c for c in ALL}  # "error": OTHER, the last (UNRECORDED shares its name and its meaning)
 # The classes moekit acts on beyond printing them.
 CORRUPT_CHECKPOINT = BY_NAME["corrupt_checkpoint"]  # run/checkpoints.py sets the checkpoint aside and resumes
@@ -235,6 +251,25 @@ def classify(returncode: int, log: str | Iterable[str], tail_lines: int = TAIL_L
         return Failure(KILLED.name, KILLED.title, returncode, f"terminated by {_signal_name(sig)}")
     last = next((ln.strip() for ln in reversed(tail) if ln.strip()), f"exit status {returncode}")
     return Failure(OTHER.name, OTHER.title, returncode, last[:300])
+
+
+def unfinished(lines: Iterable[str], last: int | None, steps: int, recorded: bool) -> Failure | None:
+    """Why an attempt whose processes all exited 0 did not train: a data class when its log says why MaxText
+    stopped, `unfinished` when the metrics end before step `steps`-1 (`last`: the last recorded step, None: none;
+    `recorded`: whether this launcher holds the metrics). None: it trained every step, or nothing says otherwise."""
+    done = "no step" if last is None else f"steps 0-{last}"
+    found: dict[str, str] = {}  # one pass over the log (it streams); the first line of each class
+    classes = [(cls, [re.compile(p) for p in cls.patterns]) for cls in (DATA_ENDED, DATA_ERROR)]
+    for line in lines:
+        for cls, rxs in classes:
+            if cls.name not in found and (m := next((m for rx in rxs if (m := rx.search(line))), None)):
+                found[cls.name] = _excerpt(line, m)
+    for cls, _ in classes:
+        if cls.name in found:
+            return Failure(cls.name, cls.title, 0, f"{found[cls.name]} (trained {done} of {steps})")
+    if recorded and (last is None or last < steps - 1):
+        return UNFINISHED.failure(0, f"every process exited 0 after {done} of {steps}")
+    return None
 
 
 def attempt(stopped: Failure | None, hang: Failure | None, crashed: Callable[[], Failure] | None) -> Failure | None:

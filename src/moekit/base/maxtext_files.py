@@ -38,3 +38,20 @@ def shipped_tokenizers() -> list[str]:
     """Names of the tokenizers MaxText ships (assets/tokenizers/)."""
     folder = assets_dir() / "tokenizers"
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+# transformers (imported by MaxText's tokenizer module) prints "PyTorch was not found. Models won't be available ..."
+# on import: an advisory about its model classes, which MaxText's tokenizers never use.
+QUIET_TRANSFORMERS = {"TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+
+
+def tokenizer_module() -> Any:
+    """MaxText's tokenizer module (maxtext.input_pipeline.tokenizer), imported without transformers' advisory notice
+    on moekit's console."""
+    import os
+
+    for name, value in QUIET_TRANSFORMERS.items():
+        os.environ.setdefault(name, value)
+    from maxtext.input_pipeline import tokenizer
+
+    return tokenizer

@@ -3,7 +3,9 @@
 A name is secret when one of its words looks like a credential (HF_TOKEN, WANDB_API_KEY,
 hf_access_token, DB_PASSWORD, ...) or the config lists it in run.secrets. Values of secret names are
 replaced by REDACTED in structures, and every such value is also scrubbed from free text (logs,
-commands), wherever it appears.
+commands), wherever it appears. A password inside a URL (`scheme://user:password@host/...`, in data files,
+a tokenizer path or any value) is a secret whatever its key is called: it is replaced in every text, tree and
+assignment these functions see.
 """
 
 from __future__ import annotations
@@ -11,8 +13,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
-
-import yaml
 
 REDACTED = "<redacted>"
 
@@ -23,6 +23,21 @@ SECRET_WORDS = frozenset({"SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY"
 SECRET_LAST_WORDS = ("TOKEN", "KEY", "COOKIE", "AUTHORIZATION")
 # Values shorter than this are not scrubbed from free text: "1" or "true" would mangle every log line.
 MIN_SCRUB_LEN = 6
+# The password of a URL's user information (RFC 3986: `/`, `@` and whitespace are percent-encoded inside it).
+URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'\"]*:)(?P<password>[^\s/@'\"]+)@")
+
+
+def redact_urls(text: str) -> str:
+    """`text` with the password of every `scheme://user:password@host` replaced (the user name is kept)."""
+    return URL_PASSWORD.sub(lambda m: f"{m['head']}{REDACTED}@", text) if "://" in text else text
+
+
+def url_passwords(text: str) -> set[str]:
+    """The passwords of the URLs in `text` (to scrub wherever else they appear, decoded or not)."""
+    from urllib.parse import unquote
+
+    found = {m["password"] for m in URL_PASSWORD.finditer(text)} if "://" in text else set()
+    return found | {unquote(p) for p in found}
 
 
 def _words(name: str) -> list[str]:
@@ -44,6 +59,8 @@ def _secret_value(value: Any) -> bool:
     """Only text can be a credential (experts_per_token=2 is not)."""
     if not isinstance(value, str) or not value:
         return False
+    import yaml  # here, not at the top: `moekit --help` imports this module (cli.py) and nothing heavy
+
     try:
         return isinstance(yaml.safe_load(value), str)
     except yaml.YAMLError:
@@ -56,6 +73,8 @@ def secret_values(
     """Values of secret names in an environment and anywhere in a (nested) config mapping."""
     extra = list(extra)
     found = {v for k, v in env.items() if v and is_secret_name(k, extra)}
+    for v in env.values():
+        found |= url_passwords(v)
 
     def walk(node: Any) -> None:
         if isinstance(node, Mapping):
@@ -67,6 +86,8 @@ def secret_values(
         elif isinstance(node, list):
             for v in node:
                 walk(v)
+        elif isinstance(node, str):
+            found.update(url_passwords(node))
 
     walk(config or {})
     return found
@@ -82,7 +103,7 @@ def redact_tree(node: Any, extra: Iterable[str] = ()) -> Any:
         }
     if isinstance(node, list):
         return [redact_tree(v, extra) for v in node]
-    return node
+    return redact_urls(node) if isinstance(node, str) else node
 
 
 def redact_assignments(items: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
@@ -93,19 +114,36 @@ def redact_assignments(items: Iterable[str], extra: Iterable[str] = ()) -> list[
         key, eq, value = item.partition("=")
         name = key.lstrip("+~").rsplit(".", 1)[-1]
         secret = eq and is_secret_name(name, extra) and _secret_value(value.strip("'\""))
-        out.append(f"{key}={REDACTED}" if secret else item)
+        out.append(f"{key}={REDACTED}" if secret else redact_urls(item))
     return out
 
 
 class Scrubber:
-    """Replace known secret values in free text (a log line, a printed command)."""
+    """Replace known secret values and URL passwords in free text (a log line, a printed command)."""
 
     def __init__(self, values: Iterable[str]):
         keep = sorted({v for v in values if len(v) >= MIN_SCRUB_LEN}, key=len, reverse=True)
         self._rx = re.compile("|".join(re.escape(v) for v in keep)) if keep else None
 
     def __call__(self, text: str) -> str:
+        text = redact_urls(text)
         return self._rx.sub(REDACTED, text) if self._rx else text
 
     def __bool__(self) -> bool:
-        return self._rx is not None
+        return True  # a URL password may turn up in any line, known in advance or not
+
+
+class RedactingStream:
+    """A text stream (standard output or error) whose writes pass through redact_urls: whatever moekit prints,
+    a message that quotes a value included, shows no URL password."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        """Write `text` without its URL passwords; returns the length given (what callers count on)."""
+        self._stream.write(redact_urls(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

@@ -67,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
             raise text_shards.PrepareError("give a source folder and --out DIR (or --stdlib)")
         text_shards.check_out(args.out)  # before reading anything
         out, extra = args.out, {}
-        files = text_shards.source_files(args.src, [s.strip() for s in args.suffix.split(",") if s.strip()])
+        suffixes = [s.strip() for s in args.suffix.split(",") if s.strip()]
+        files = text_shards.source_files(args.src, suffixes, exclude=[args.out])  # shards are never read back
         source = str(args.src.resolve())
     summary = text_shards.prepare(
         files, out.absolute(), options, source=source, extra=extra, skip_undecodable=args.stdlib

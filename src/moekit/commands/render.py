@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import moekit
+from moekit.base import redact
 from moekit.base.errors import ConfigError, MoekitError
 from moekit.config.load import load
 from moekit.config.schema import Config
@@ -17,14 +18,20 @@ from moekit.render import validate as val
 from moekit.render.targets import TARGETS, Target
 from moekit.rundir.output import write_output
 
-HELP = "write the composed config as a JobSet manifest or a Slurm batch script"
+HELP = "write the composed config as a JobSet manifest, a Slurm batch script or a Compose project"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The target and overrides, -o, --check, --crd, --kubernetes and --refresh."""
     p.add_argument("overrides", nargs="*", help=f"target=({'|'.join(TARGETS)}) plus Hydra overrides")
     p.add_argument("-o", "--output", help="write to FILE instead of standard output")
-    p.add_argument("--check", action="store_true", help="validate the manifest as the cluster would; exit 1 on errors")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="validate the file before it is used; exit 1 on errors. jobset: the JobSet CRD, the Kubernetes pod "
+        "schema and the webhook's rules; compose: docker compose config; slurm: shell syntax (bash -n; Slurm itself "
+        "checks the #SBATCH options: sbatch --test-only)",
+    )
     p.add_argument(
         "--crd",
         help="your cluster's JobSet CRD for --check (kubectl get crd jobsets.jobset.x-k8s.io -o yaml); "
@@ -57,7 +64,31 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
     cfg = load([*rest, f"cluster={target.cluster}"] if not chosen else rest, warn=keep)
     command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
     head = document.header(cfg, target.title, command, moekit.__version__)
-    return target.render(cfg, rest, head), cfg, target
+    text = target.render(cfg, rest, head)
+    shown = redact.redact_urls(text)
+    if shown != text:  # a manifest is committed, shared and applied: it never carries a password in clear text
+        print(
+            f"moekit: warning: a password in a URL was replaced by {redact.REDACTED} in this {target.title}; give the "
+            "job its credentials through the storage's own mechanism (a Kubernetes Secret: cluster.secrets, a "
+            "credentials file or a token variable), not inside the URL",
+            file=sys.stderr,
+        )
+    if problem := too_large(target, shown):
+        raise ConfigError(problem)
+    return shown, cfg, target
+
+
+def too_large(target: Target, text: str) -> str | None:
+    """Why the cluster would refuse a file this large (the target's max_bytes), or None."""
+    size = len(text.encode())
+    if not target.max_bytes or size <= target.max_bytes:
+        return None
+    return (
+        f"the {target.title} would be {size:,} bytes; {target.limit} is {target.max_bytes:,} bytes, so the cluster "
+        "would refuse it (nothing was written).\n  fix: set fewer or shorter environment variables (cluster.env "
+        "and the other *.env mappings) and raw keys (maxtext.extra): put large values in a file or a ConfigMap "
+        "and pass its path"
+    )
 
 
 def recorded_command(path: Path) -> tuple[list[str], str | None]:
@@ -104,14 +135,14 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         if target.check is None:
             name = split_target(args.overrides)[0]
-            raise MoekitError(f"--check validates JobSets only; target={name} has no schema to check against")
+            raise MoekitError(f"--check: target={name} has nothing to check it against")
         found = target.check(text, cfg, args.crd, args.kubernetes)
         for p in found:
             print(f"moekit: invalid: {p}", file=sys.stderr)
         if found:
-            print(f"moekit: {len(found)} problem(s); the cluster would reject this manifest", file=sys.stderr)
+            print(f"moekit: {len(found)} problem(s); the cluster would reject this {target.title}", file=sys.stderr)
             return 1
-        print("moekit: valid (JobSet CRD, Kubernetes pod schema, JobSet webhook rules)", file=sys.stderr)
+        print(f"moekit: valid ({target.checked})", file=sys.stderr)
     if args.output:
         write_output(Path(args.output), text)
     else:

@@ -7,6 +7,9 @@ from pathlib import Path
 
 from moekit.base.errors import MoekitError
 from moekit.observe.reports.report_file import write_report
+from moekit.observe.runs import progress
+
+LONG_BYTES = 10_000_000  # metrics beyond this (about 10,000 steps) take seconds to read and plot: progress is shown
 
 
 def _sweep_members(folder: Path) -> list[str]:
@@ -26,7 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The run directories (the first is the baseline) and --out."""
     p.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR", help="run directories; the first is the baseline")
     p.add_argument(
-        "--out", type=Path, help="folder for report.md and plots (default: the run directory, or the runs' parent)"
+        "--out",
+        type=Path,
+        help="folder for report.md and plots (default: the run directory, or the folder holding several runs side by "
+        "side, as a sweep's; runs in different folders need --out)",
     )
 
 
@@ -39,8 +45,10 @@ def run(args: argparse.Namespace) -> int:
                 f"{' ...' if len(sweep) > 6 else ''}.\n  fix: moekit report {' '.join(str(run_dir / m) for m in sweep)}"
                 " (or its report.md, written when the sweep ended)"
             )
+    size = sum(f.stat().st_size for r in args.runs for f in r.glob("metrics*.jsonl") if f.is_file())
+    phase = progress.Phases() if size > LONG_BYTES else None  # long work says what it is doing
     try:
-        path, shown, pngs = write_report(args.runs, args.out)
+        path, shown, pngs = write_report(args.runs, args.out, phase)
     except OSError as exc:
         if exc.filename is None:
             raise
@@ -54,5 +62,5 @@ def run(args: argparse.Namespace) -> int:
             f"{exc}).\n  fix: report on directories made by `moekit train`"
         ) from None
     print(shown)
-    print(f"moekit: wrote {path} and {', '.join(pngs)}")
+    print(f"moekit: wrote {path}" + (f" and {', '.join(pngs)}" if pngs else ""))
     return 0

@@ -119,11 +119,13 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
                 f"line.\n  fix: write {key} without it (one line of printable text)"
             )
     for o in overrides:
-        if problem := _unsupported(o, conf):
+        if problem := _unsupported(o, conf) or _outside_tree(o, conf):
             raise ConfigError(problem)
     overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in map(as_typed, overrides)]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
+    if problem := _tagged(conf):
+        raise ConfigError(problem)
     try:
         with hydra_at(conf):
             return compose(config_name="config", overrides=list(overrides))
@@ -133,6 +135,38 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
         raise ConfigError(_not_text(conf, exc)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
+
+
+# YAML tags that only restate a plain scalar's type; any other tag (!!binary, !!timestamp, !!set, !!python/...) would
+# have the loader build a value of another kind (bytes, a datetime, a set) that no config key holds.
+PLAIN_TAGS = {"!!str", "!!int", "!!float", "!!bool", "!!null", "!!map", "!!seq"}
+
+
+def _tagged(conf: Path) -> str | None:
+    """The first config file and line holding a YAML tag moekit does not take, as a message with its fix; None when
+    there is none. Only files holding '!' are tokenized."""
+    for path in sorted(conf.rglob("*.yaml")):
+        try:
+            text = path.read_text(encoding="utf8")
+        except (OSError, UnicodeDecodeError):  # compose reports those with their own messages
+            continue
+        if "!" not in text:
+            continue
+        try:
+            for token in yaml.scan(text):
+                if isinstance(token, yaml.TagToken):
+                    handle, suffix = token.value
+                    tag = f"{handle or ''}{suffix}"
+                    if tag not in PLAIN_TAGS:
+                        where = f"{path}, line {token.start_mark.line + 1}"
+                        return (
+                            f"{where}: the YAML tag {tag} is not allowed: config files are data (text, numbers, "
+                            f"lists, mappings), and moekit never builds other values from them (nothing was run).\n"
+                            f"  fix: remove the tag and write the value itself ({where})"
+                        )
+        except yaml.YAMLError:  # compose reports it with its file and line
+            continue
+    return None
 
 
 def _not_text(conf: Path, exc: UnicodeDecodeError) -> str:
@@ -202,6 +236,29 @@ def _unsupported(override: str, conf: Path) -> str | None:
             f"override {override!r} removes the {key} section, which every config has.\n"
             f"  fix: set its keys instead ({key}.KEY=VALUE; moekit config show lists them)"
         )
+    return None
+
+
+def _outside_tree(override: str, conf: Path) -> str | None:
+    """Why a group option names a file outside the config tree (`model=../../x`, an absolute path, a link that
+    leads out of conf/); None when it stays inside. Hydra would load any YAML file it reaches."""
+    key, eq, option = override.partition("=")
+    group = key.lstrip("+~").split("@", 1)[0]
+    if not eq or group.split("/", 1)[0] not in GROUPS:
+        return None
+    root = conf.resolve()
+    for name in (o.strip() for o in option.strip("[]").split(",")):  # a sweep or a list of options
+        if not name:
+            continue
+        target = (conf / group / f"{name}.yaml").resolve()
+        parts = Path(name).parts
+        if name.startswith(("/", "~")) or ".." in parts or not target.is_relative_to(root):
+            return (
+                f"override {override!r}: {group}={name} names a file outside the config tree {conf}; moekit reads "
+                "config only from that tree.\n"
+                f"  fix: choose an option of conf/{group}/ ({', '.join(group_options(group, conf))}), or add your "
+                f"file there (or set MOEKIT_CONF_DIR to a tree that holds it)"
+            )
     return None
 
 
@@ -311,7 +368,11 @@ def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
     else:
         mean = ""
     # An experiment is a whole setup: only a name close to the one typed is a fix, never an arbitrary other one.
-    tries = close if group == "experiment" else [*close, *options]
+    # Otherwise the option the config chooses without the override comes first (what the experiment was tuned with),
+    # before any other in alphabetical order (which would put a slow path such as moe=dense first).
+    chosen = _chosen_without(group, rest, conf)
+    default = [chosen] if chosen in options and chosen not in close else []
+    tries = close if group == "experiment" else [*close, *default, *[o for o in options if o not in default]]
     if _TRYING:  # a try's own error: no nested search for fixes
         return f"  fix: pick one of them ({group}=OPTION)"
     for option in tries[:8]:  # each try composes the config (about 0.2 s), on this error path only
@@ -319,14 +380,28 @@ def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
             _TRYING.append(option)
             if not problems(validate(compose_raw([*rest, f"{group}={option}"], conf))):
                 mean = mean or (f"  did you mean {group}={option}?\n" if option in close else "")
+                why = "what the config chooses without it; " if option in default else ""
                 return f"{mean}  fix: {group}={option}" + (
-                    "" if option in close else " (accepted with your other overrides)"
+                    "" if option in close else f" ({why}accepted with your other overrides)"
                 )
         except ConfigError:
             continue
         finally:
             _TRYING.pop()
     return f"{mean}  fix: pick one of them ({group}=OPTION; `moekit config groups` says what each is)"
+
+
+def _chosen_without(group: str, overrides: Sequence[str], conf: Path) -> str | None:
+    """The option of `group` the config tree chooses with these overrides (the experiment's or config.yaml's), or
+    None when that does not compose."""
+    from hydra import compose
+
+    try:
+        with hydra_at(conf):
+            cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        return cfg.hydra.runtime.choices.get(group)
+    except Exception:  # noqa: BLE001 (any refusal: no option to put first)
+        return None
 
 
 def closest(typed: str, options: Sequence[str]) -> list[str]:

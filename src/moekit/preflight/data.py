@@ -18,6 +18,7 @@ from moekit.base import maxtext_files
 from moekit.config.checks import Problem
 from moekit.config.schema import Config, Data
 from moekit.plan import resolved_values
+from moekit.preflight import data_capacity
 
 REMOTE = ("gs://", "hf://", "s3://", "http://", "https://")
 
@@ -51,14 +52,19 @@ def resolve_tokenizer(name: str) -> str:
 
 def vocab_size(path: str, tokenizer_type: str) -> int:
     """Load the tokenizer with MaxText's own loader and count its tokens."""
-    from maxtext.input_pipeline import tokenizer
-
+    tokenizer = maxtext_files.tokenizer_module()
     tok = tokenizer.build_tokenizer(path, tokenizer_type, True, True, os.environ.get("HF_TOKEN"))
     if tokenizer_type == "tiktoken":
         return int(tok.n_words)
     if tokenizer_type == "huggingface":
         return len(tok.tokenizer)
     return int(tok._tokenizer_model.GetPieceSize())  # SentencePieceProcessor: MaxText exposes no public count
+
+
+def vocab_fit(vocab: int) -> int:
+    """The model vocabulary moekit suggests for a tokenizer of `vocab` tokens: rounded up to a multiple of 128 (the
+    one number every message, `data prepare`'s summary and conf/data/hf.yaml's run line give)."""
+    return -(-vocab // 128) * 128
 
 
 def columns(path: str, fmt: str) -> list[str]:
@@ -91,6 +97,13 @@ def columns(path: str, fmt: str) -> list[str]:
     return sorted(example.features.feature) if example else []
 
 
+def _size(path: str) -> int | None:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return None
+
+
 def problems(cfg: Config) -> tuple[list[Problem], Found]:
     """What is wrong with the data for this config on this host (empty when it is ready)."""
     d, out = cfg.data, []
@@ -111,6 +124,18 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
                 )
             )
         files += matched
+    empty = [f for f in files if _size(f) == 0]
+    if empty:
+        shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+        out.append(
+            Problem(
+                "data.files",
+                f"{len(empty)} of the {len(files)} file(s) matching data.files are empty (0 bytes): {shown}",
+                "remove the empty files (an interrupted copy or export leaves them), or point data.files at files "
+                "that hold the data",
+            )
+        )
+        files = [f for f in files if f not in empty]
     if files:
         fmt = d.format or "parquet"
         try:
@@ -127,6 +152,8 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
                     f"data.column={present[0] if present else 'text'}",
                 )
             )
+        if present is not None and d.column in present:
+            out += data_capacity.problems(cfg, files)
     if d.dataset_type == "grain" and d.format == "parquet" and files:
         per_process = max(len(files) // cfg.num_processes, 1)  # MaxText's compute_file_sharding
         if d.workers > per_process:
@@ -156,7 +183,7 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
     values = resolved_values(cfg, *maxtext_files.model_values(cfg.model.name))
     model_vocab = int(values["vocab_size"])
     if vocab is not None and vocab > model_vocab:
-        fit = -(-vocab // 128) * 128
+        fit = vocab_fit(vocab)
         out.append(
             Problem(
                 "data.tokenizer",

@@ -10,6 +10,8 @@ into each run directory as corpus.json) tells whether two runs trained on the sa
 from __future__ import annotations
 
 import platform
+import shutil
+import sys
 import sysconfig
 from collections.abc import Mapping
 from pathlib import Path
@@ -98,8 +100,17 @@ def ensure(
         raise text_shards.PrepareError(f"data.corpus={name}: one of {', '.join(CORPORA)}")
     out = cache_folder(name, options, environ)
     found = text_shards.read_summary(out)
-    if found is not None:
+    if found is not None and not (bad := text_shards.damaged(out, found)):
         return out, found
+    if found is not None:  # a shard changed since it was written (a disk error, an edit): prepared again
+        print(
+            f"moekit: the cached {name} corpus at {out} is damaged ({', '.join(bad[:3])} "
+            f"{'differs' if len(bad) == 1 else 'differ'} from the sha256 in its {text_shards.MANIFEST}): preparing it "
+            "again",
+            file=stream or sys.stderr,
+            flush=True,
+        )
+        shutil.rmtree(out)
     if out.exists():  # a folder without its record: not ours to trust, and not ours to delete
         raise text_shards.PrepareError(
             f"{out} exists without its {text_shards.MANIFEST}; remove it and the corpus is prepared again"
@@ -138,7 +149,9 @@ def ready(cfg: Config, environ: Mapping[str, str] | None = None) -> bool:
     """Whether this machine's cache holds the config's corpus already."""
     if not cfg.data.corpus:
         return True
-    return text_shards.read_summary(cache_folder(cfg.data.corpus, options_of(cfg), environ)) is not None
+    out = cache_folder(cfg.data.corpus, options_of(cfg), environ)
+    found = text_shards.read_summary(out)
+    return found is not None and not text_shards.damaged(out, found)
 
 
 def located(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:

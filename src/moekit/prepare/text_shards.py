@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -94,7 +95,7 @@ class Summary:
             data = "data=grain" + ("" if self.format == "arrayrecord" else " data.format=parquet")
             data += f" data.tokenizer={self.tokenizer}" if self.tokenizer != TOKENIZER else ""
             data += f" data.tokenizer_type={self.tokenizer_type}" if self.tokenizer_type != "sentencepiece" else ""
-        fit = f" model.extra.vocab_size={-(-self.vocab // 128) * 128}" if self.vocab > SMOKE_VOCAB else ""
+        fit = f" model.extra.vocab_size={data_preflight.vocab_fit(self.vocab)}" if self.vocab > SMOKE_VOCAB else ""
         return (
             f"prepared {self.files:,} files ({self.bytes / 1e6:.1f} MB) -> {self.documents:,} documents, "
             f"{self.tokens:,} tokens ({self.tokenizer}, {self.vocab:,}-token vocabulary) in {len(self.shards)} "
@@ -103,15 +104,24 @@ class Summary:
         )
 
 
-def source_files(src: Path, suffixes: Sequence[str] = ()) -> list[Path]:
+def source_files(src: Path, suffixes: Sequence[str] = (), exclude: Sequence[Path] = ()) -> list[Path]:
     """The regular files under `src` (hidden files and folders left out; only `suffixes` when given), sorted by
-    their path relative to `src` so that every machine takes them in one order."""
+    their path relative to `src` so that every machine takes them in one order. Folders in `exclude` (the output
+    of this preparation) and prepared folders (holding corpus.json) are left out: shards are never read back as
+    text."""
     if not src.is_dir():
         raise PrepareError(f"{src} is not a folder; give a folder of text files")
     wanted = tuple(s if s.startswith(".") else f".{s}" for s in suffixes)
+    skip = {p.resolve() for p in exclude}
     found = []
     for root, dirs, names in os.walk(src):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and (Path(root) / d).resolve() not in skip
+            and not (Path(root) / d / MANIFEST).is_file()
+        ]
         for name in names:
             path = Path(root) / name
             if name.startswith(".") or not path.is_file() or (wanted and not name.endswith(wanted)):
@@ -130,6 +140,11 @@ def read_text(path: Path) -> str:
         data = path.read_bytes()
     except OSError as exc:
         raise PrepareError(f"{path} cannot be read ({exc.strerror}); fix its permissions or leave it out") from None
+    nul = data.find(b"\0")
+    if nul >= 0:  # valid UTF-8, but no text holds NUL: a binary file (an image, an archive, a database)
+        raise PrepareError(
+            f"{path} is binary, not text (a NUL byte at byte {nul}); leave it out with --suffix (e.g. .txt,.md)"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -139,21 +154,27 @@ def read_text(path: Path) -> str:
 
 
 def chunks(text: str, chunk_bytes: int) -> list[str]:
-    """`text` cut at line ends into pieces of at most `chunk_bytes` UTF-8 bytes (a longer line is cut on its own);
-    pieces holding only whitespace are dropped."""
+    """`text` cut at line ends into pieces of at most `chunk_bytes` UTF-8 bytes (a longer line is cut on its own, at
+    character boundaries); pieces holding only whitespace are dropped. Linear in the text's length, however long
+    its lines (each line is encoded once)."""
     out: list[str] = []
     piece: list[str] = []
     size = 0
     for line in text.splitlines(keepends=True):
-        n = len(line.encode("utf-8"))
+        data = line.encode("utf-8")
+        n = len(data)
         if size and size + n > chunk_bytes:
             out.append("".join(piece))
             piece, size = [], 0
-        while n > chunk_bytes:  # one long line: cut it by characters
-            head = line.encode("utf-8")[:chunk_bytes].decode("utf-8", errors="ignore")
-            out.append(head)
-            line = line[len(head) :]
-            n = len(line.encode("utf-8"))
+        if n > chunk_bytes:  # one long line: cut it by characters
+            start = 0
+            while n - start > chunk_bytes:
+                end = start + chunk_bytes
+                while end > start and data[end] & 0xC0 == 0x80:  # not inside a character's continuation bytes
+                    end -= 1
+                out.append(data[start:end].decode("utf-8"))
+                start = end
+            line, n = data[start:].decode("utf-8"), n - start
         piece.append(line)
         size += n
     if piece:
@@ -164,14 +185,13 @@ def chunks(text: str, chunk_bytes: int) -> list[str]:
 def token_counter(tokenizer: str, tokenizer_type: str) -> tuple[Callable[[list[str]], list[int]], int, str]:
     """(count tokens of each text, vocabulary size, resolved path), loaded with MaxText's own loader, as training
     loads it. PrepareError when it does not load."""
-    from maxtext.input_pipeline import tokenizer as mt
+    from moekit.base import maxtext_files
 
+    mt = maxtext_files.tokenizer_module()
     path = data_preflight.resolve_tokenizer(tokenizer)
     try:
         tok = mt.build_tokenizer(path, tokenizer_type, False, False, os.environ.get("HF_TOKEN"))
     except Exception as exc:  # MaxText's loaders raise ValueError; Hugging Face raises OSError offline
-        from moekit.base import maxtext_files
-
         raise PrepareError(
             f"the {tokenizer_type} tokenizer {tokenizer!r} does not load: {str(exc).splitlines()[0][:300]}; use one "
             f"MaxText ships ({', '.join(maxtext_files.shipped_tokenizers())}) or a path, with its --tokenizer-type"
@@ -184,10 +204,11 @@ def token_counter(tokenizer: str, tokenizer_type: str) -> tuple[Callable[[list[s
 
 
 class Progress:
-    """A progress bar on a terminal (redrawn in place), else a plain line at every tenth of the work."""
+    """A progress bar on a terminal (redrawn in place), else a plain line at every tenth of the work. `scale`
+    divides the counts shown (1e6 with `what`="MB": bytes shown as megabytes)."""
 
-    def __init__(self, total: int, what: str, stream: TextIO | None = None):
-        self.total, self.what = max(total, 1), what
+    def __init__(self, total: int, what: str, stream: TextIO | None = None, scale: float = 1):
+        self.total, self.what, self.scale = max(total, 1), what, scale
         self.stream = stream or sys.stderr
         self.tty = self.stream.isatty()
         self.shown = -1
@@ -197,15 +218,26 @@ class Progress:
         """Show `done` of the total (`note`: running counts)."""
         frac = min(done / self.total, 1.0)
         elapsed = time.monotonic() - self.start
+        count = f"{done}/{self.total}" if self.scale == 1 else f"{done / self.scale:.1f}/{self.total / self.scale:.1f}"
         if self.tty:
             bar = "#" * int(frac * 30)
-            self.stream.write(f"\r[{bar:<30}] {done}/{self.total} {self.what}  {note}  {elapsed:.0f} s\x1b[K")
+            self.stream.write(f"\r[{bar:<30}] {count} {self.what}  {note}  {elapsed:.0f} s\x1b[K")
             if done >= self.total:
                 self.stream.write("\n")
         elif int(frac * 10) > self.shown:
             self.shown = int(frac * 10)
-            self.stream.write(f"{frac:4.0%} {done}/{self.total} {self.what}  {note}  ({elapsed:.0f} s)\n")
+            self.stream.write(f"{frac:4.0%} {count} {self.what}  {note}  ({elapsed:.0f} s)\n")
         self.stream.flush()
+
+
+BATCH = 256  # documents tokenized at a time (about 1 MB at the default chunk size)
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _write_arrayrecord(path: Path, texts: Iterable[str]) -> None:
@@ -274,20 +306,30 @@ def prepare(
     docs: list[str] = []
     skipped: list[str] = []
     total_bytes = tokens = 0
-    bar = Progress(len(files), "files", stream)
-    for i, path in enumerate(files, 1):
+    sizes = [_file_size(p) for p in files]
+    bar = Progress(sum(sizes), "MB", stream, scale=1e6)  # in bytes: one large file moves the bar too
+    done = finished = 0  # bytes tokenized; bytes of the files read through
+    for path, size in zip(files, sizes, strict=True):
+        finished += size
         try:
             text = read_text(path)
         except PrepareError:
             if not skip_undecodable or not path.is_file():
                 raise
             skipped.append(str(path))
+            done = finished
             continue
         total_bytes += len(text.encode("utf-8"))
         pieces = chunks(text, options.chunk_bytes)
-        tokens += sum(count(pieces)) if pieces else 0
+        for b in range(0, len(pieces), BATCH):  # tokenized in batches, the bar moving between them
+            batch = pieces[b : b + BATCH]
+            tokens += sum(count(batch))
+            done += sum(len(p.encode("utf-8")) for p in batch)
+            bar.update(min(done, bar.total), f"{len(files)} files, {tokens:,} tokens")
         docs += pieces
-        bar.update(i, f"{total_bytes / 1e6:.1f} MB, {tokens:,} tokens")
+        done = max(done, finished)  # whitespace dropped with empty pieces counts as read
+        bar.update(min(done, bar.total), f"{len(files)} files, {tokens:,} tokens")
+    bar.update(bar.total, f"{len(files)} files, {tokens:,} tokens")
     if not docs:
         raise PrepareError(f"the {len(files)} file(s) of {source or 'the source'} hold no text")
     shards = min(options.shards, len(docs))
@@ -305,7 +347,8 @@ def prepare(
         extra=dict(extra or {}),
         skipped=skipped,
     )
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    remove_stale(out)
+    tmp = out.with_name(f"{_tmp_prefix(out)}{socket.gethostname()}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -343,8 +386,56 @@ def prepare(
     return summary
 
 
+STALE_S = 24 * 3600  # a temporary folder of another host (or an older moekit) this old is left by a killed writer
+
+
+def _tmp_prefix(out: Path) -> str:
+    return f".{out.name}.tmp-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, another user's
+        return True
+    return True
+
+
+def remove_stale(out: Path) -> list[Path]:
+    """Remove the temporary folders that killed preparations of `out` left beside it (a SIGKILL runs no clean-up):
+    this host's whose process is gone, and any a day old. Returns those removed."""
+    removed = []
+    host = socket.gethostname()
+    with contextlib.suppress(OSError):
+        for tmp in out.parent.glob(f"{_tmp_prefix(out)}*"):
+            tag = tmp.name.removeprefix(_tmp_prefix(out))
+            who, _, pid = tag.rpartition("-")
+            mine_dead = who == host and pid.isdigit() and not _alive(int(pid))
+            with contextlib.suppress(OSError):
+                if mine_dead or time.time() - tmp.stat().st_mtime > STALE_S:
+                    shutil.rmtree(tmp)
+                    removed.append(tmp)
+    return removed
+
+
 def read_summary(out: Path) -> dict | None:
     """The corpus.json of a prepared folder, or None when there is none (or it is damaged)."""
     with contextlib.suppress(OSError, ValueError):
         return json.loads((out / MANIFEST).read_text(encoding="utf8"))
     return None
+
+
+def damaged(out: Path, record: dict) -> list[str]:
+    """The shards of a prepared folder that are missing or whose sha256 differs from corpus.json's ([]: intact)."""
+    bad = []
+    for shard in record.get("shards") or []:
+        path = out / str(shard.get("name", ""))
+        try:
+            same = _sha256(path) == shard.get("sha256")
+        except OSError:
+            same = False
+        if not same:
+            bad.append(path.name)
+    return bad

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from moekit import rundir
 from moekit.base import failures
 from moekit.rundir import attempts
 from moekit.rundir import records as records_
@@ -22,7 +23,7 @@ SET_ASIDE = "corrupt_checkpoints"
 def set_aside(run: Path, run_name: str, step: int) -> Path:
     """Move checkpoint `step` to <run>/corrupt_checkpoints/<step>[-n]; returns where it went."""
     src = run / run_name / "checkpoints" / str(step)
-    folder = run / SET_ASIDE
+    folder = rundir.confined(run, run / SET_ASIDE)
     folder.mkdir(exist_ok=True)
     dst = folder / str(step)
     n = 1

@@ -195,6 +195,10 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         attempt = attempts.set_aside(run)
     resume_step = attempts.latest_checkpoint(ctx.root, cfg.run_name)
     metrics_path = run / rundir.METRICS
+    pids = [int(p.get(rz.PROCESS_ID, 0)) for p in ctx.procs]
+    for name in (rundir.METRICS, rundir.LOG, events.FILE, watchdog.STACKS):  # before anything is written: a link
+        for pid in pids:  # planted where a log or record goes would carry it out of the run directory
+            rundir.confined(run, run / jobmod.per_process(name, pid))
     job = jobmod.build(cfg, str(ctx.root), str(metrics_path))  # one checkpoint set for all launchers, in the run dir
     shown = view.describe(cfg, view.redacted_job(job, names), ctx.procs)
     inherited = {k: v for k, v in sorted(ctx.environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
@@ -226,7 +230,9 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
     )
 
     specs = _specs(ctx, job, names)
-    if resume_step is not None and resume_step >= cfg.train.steps - 1:
+    not_started: failures.Failure | None = None
+    launched = not (resume_step is not None and resume_step >= cfg.train.steps - 1)
+    if not launched:
         # A stop that landed in the last step's save: every step is trained and saved, and MaxText would refuse to
         # train "up to" a step it has already passed. Finish the run from its records instead of launching.
         print(f"moekit: the checkpoint of the last step ({resume_step}) is saved: nothing left to train", flush=True)
@@ -234,7 +240,12 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         notice = preemption.Notice(saves=False)
     else:
         with host_load.Sampler().running() as load:
-            outcome, notice = _launch(ctx, specs)
+            try:
+                outcome, notice = _launch(ctx, specs)
+            except launch.LaunchError as exc:  # recorded as the attempt's failure: the manifest never stays `running`
+                not_started = failures.NOT_STARTED.failure(1, str(exc))
+                outcome = launch.Outcome([1] * len(specs), None, 0.0, ended_at=time.monotonic())
+                notice = preemption.Notice(saves=False)
         manifest.host_load = load.result
 
     unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
@@ -271,11 +282,14 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         with _log_lines(specs[rank].log, outcome, rank) as lines:  # the whole log: a full disk may be far up
             return failures.classify(outcome.returncodes[rank], lines)
 
-    failure = failures.attempt(
+    failure = not_started or failures.attempt(
         stopped.failure(128 + (notice.signum or signal.SIGTERM)) if stopped is not None else None,
         watchdog.failure(outcome.hang, outcome.stacks, 128 + signal.SIGKILL) if outcome.hang is not None else None,
         (lambda: crashed(outcome.failed_rank)) if outcome.failed_rank is not None and not by_stop else None,
     )
+    if failure is None and launched and not cfg.fabric.only:  # all exited 0: did they train every step given?
+        with _log_lines(specs[0].log, outcome, 0) as lines:
+            failure = failures.unfinished(lines, last, cfg.train.steps, int(ctx.procs[0].get(rz.PROCESS_ID, 0)) == 0)
 
     stats: dict[str, Any] = {}
     if metrics_path.is_file():
@@ -422,7 +436,10 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
             text = progress.format_progress(s, steps, time.monotonic() - started, pace)
             print(("\r" + text) if tty else text, end="" if tty else "\n", flush=True)
 
-    phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
+    if cfg.fabric.only:  # no MaxText: the rendezvous, then the collectives of the mesh
+        phase(f"launching {len(specs)} process(es) for the fabric check: rendezvous, then each collective")
+    else:
+        phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
     scrub = ctx.scrub
     stacks = [ctx.run / jobmod.per_process(watchdog.STACKS, int(p.get(rz.PROCESS_ID, 0))) for p in ctx.procs]
     with preemption.Notice(saves=cfg.checkpoint.every > 0) as notice:
@@ -445,15 +462,21 @@ def _report_failure(failure: failures.Failure, outcome: launch.Outcome, specs: l
     who = (
         f"process {outcome.failed_rank} exited {failure.returncode}"
         if outcome.failed_rank is not None
+        else "every process exited 0"
+        if failure.returncode == 0
         else "stopped before the processes ended"
     )
     print(f"moekit: training failed: {failure.title} ({who})", file=sys.stderr)
     print(f"  evidence: {failure.evidence}", file=sys.stderr)
     print(f"  causes and fixes: {failure.doc}", file=sys.stderr)
+    if failure.name == "disk_full":  # the same ENOSPC for bytes and for inodes: say which
+        cause, free = rundir.full_cause(run)
+        print(f"  here: {cause}; fix: {free}, then resume with run.dir={run}", file=sys.stderr)
     print(f"  run directory (resume with run.dir={run}): {run}", file=sys.stderr)
-    if outcome.failed_rank is not None:
-        log = specs[outcome.failed_rank].log
-        with _log_lines(log, outcome, outcome.failed_rank) as lines:
+    rank = outcome.failed_rank if outcome.failed_rank is not None else 0 if failure.returncode == 0 else None
+    if rank is not None:
+        log = specs[rank].log
+        with _log_lines(log, outcome, rank) as lines:
             shown = (ln.rstrip("\n") for ln in lines if not console.is_noise(ln))  # the log keeps them all
             tail = list(collections.deque(shown, maxlen=15))
         print(f"  log: {log} (last lines, library notices left out)", file=sys.stderr)

@@ -57,6 +57,14 @@ class Outcome:
     """Files the processes wrote their Python stacks to before a watchdog stop."""
 
 
+class LaunchError(Exception):
+    """A process could not be started (its environment or arguments refused by the kernel or Python)."""
+
+    def __init__(self, rank: int, reason: str):
+        super().__init__(f"process {rank} could not be started: {reason}")
+        self.rank = rank
+
+
 KEEP_UNLOGGED = 200
 
 
@@ -135,14 +143,18 @@ def run(
     threads: list[threading.Thread] = []
     try:
         for rank, spec in enumerate(specs):
-            proc = subprocess.Popen(
-                list(spec.argv),
-                env=dict(spec.env),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group, so a stop reaches its children too
-            )
+            try:
+                proc = subprocess.Popen(
+                    list(spec.argv),
+                    env=dict(spec.env),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,  # its own process group, so a stop reaches its children too
+                )
+            except (OSError, ValueError) as exc:  # E2BIG (Argument list too long), a name Python refuses, ...
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise LaunchError(rank, reason) from None
             procs.append(proc)
             pump = _Pump(proc.stdout, spec.log, on_line if rank == 0 else None, scrub)
             t = threading.Thread(target=pump, daemon=True)

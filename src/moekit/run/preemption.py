@@ -1,5 +1,6 @@
-"""Preemption: SIGTERM (Slurm before the time limit, scancel, scontrol requeue, Kubernetes pod deletion) or
-Ctrl-C asks the run to stop at a step boundary with a checkpoint, so a relaunch loses at most one step.
+"""Preemption: SIGTERM (Slurm before the time limit, scancel, scontrol requeue, Kubernetes pod deletion),
+SIGHUP (a closed terminal or SSH session) or Ctrl-C asks the run to stop at a step boundary with a checkpoint,
+so a relaunch loses at most one step.
 
 moekit passes the signal on (as SIGTERM) to every worker's process group. With checkpoints on, each worker
 runs under jax.distributed with JAX's preemption service (moekit.worker), which turns the notice into a sync
@@ -23,7 +24,9 @@ from pathlib import Path
 
 from moekit.base import failures
 
-SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP (the terminal or SSH session that started moekit went away) is a stop request like SIGTERM: by default it
+# would end moekit at once, with no save and the manifest left `running`.
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # MaxText 0.2.5 (trainers/pre_train/train.py) logs this when it stopped at the preemption sync step.
 STOPPED = "Training stopped: Job received termination signal"
 
@@ -48,7 +51,10 @@ class Notice:
             self.signum, self.at, self.wall = signum, time.monotonic(), time.time()
             what = "save a checkpoint at the next step and stop" if self.saves else "stop (no checkpoints to save)"
             again = " (Ctrl-C again to stop them now)" if signum == signal.SIGINT and self.saves else ""
-            print(f"\nmoekit: got {signal.Signals(signum).name}: the workers {what}{again}", flush=True)
+            try:  # after SIGHUP the terminal may be gone: the stop must not fail on its message
+                print(f"\nmoekit: got {signal.Signals(signum).name}: the workers {what}{again}", flush=True)
+            except (OSError, ValueError):
+                pass
         elif signum == signal.SIGINT:
             self.hard = True
 

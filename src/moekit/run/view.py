@@ -60,9 +60,14 @@ def format_text(view: dict[str, Any], job: jobmod.Job, checked: preflight.Report
     """The dry-run view for a terminal: config, MaxText command, XLA flags and env with their origins, probes."""
     width = max(len(a) for a in view["maxtext_args"])
     out = ["# resolved config", yaml.safe_dump(view["config"], sort_keys=False).rstrip(), ""]
-    out.append("# MaxText command (each argument with the config choice that set it)")
-    out.append(f"python3 -m {jobmod.TRAIN_MODULE} \\")
-    out += [f"    {a.render():<{width}}  # {a.origin}" for a in job.args]
+    if (view["config"].get("fabric") or {}).get("only"):  # the fabric check alone: MaxText never starts
+        out.append("# fabric check only (fabric.only=true): the processes join the rendezvous, check and time the")
+        out.append("# collectives of the mesh below, write fabric.json and stop; no MaxText command runs")
+        out.append(f"#   mesh: ici {view['mesh']['ici']}, dcn {view['mesh']['dcn']}")
+    else:
+        out.append("# MaxText command (each argument with the config choice that set it)")
+        out.append(f"python3 -m {jobmod.TRAIN_MODULE} \\")
+        out += [f"    {a.render():<{width}}  # {a.origin}" for a in job.args]
     out += ["", "# XLA_FLAGS"] + ([f"  {f}  # {o}" for f, o in view["xla_flag_origins"].items()] or ["  (none)"])
     out += ["", "# environment"] + [f"  {v.name}={v.value}  # {v.origin}" for v in job.env if v.name != "XLA_FLAGS"]
     out += ["", f"# processes on this host ({len(view['processes'])}; rendezvous env)"]

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from moekit.base import redact
 from moekit.base.errors import MoekitError
 
 CONFIG = "config.yaml"  # resolved moekit config
@@ -37,17 +38,48 @@ def absolute(path: str | Path, cwd: Path) -> Path:
     return p if p.is_absolute() else Path(os.path.normpath(cwd / p))
 
 
+def umask() -> int:
+    """This process's file mode creation mask (read without changing it for long)."""
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a file."""
+    """Write via a temporary file and rename, so a reader never sees half a file. The file gets the mode any new
+    file gets here (0644 under the usual umask; mkstemp alone would leave 0600), and no URL password: every record
+    moekit writes passes through redact_urls."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(fd, 0o666 & ~umask())
         with os.fdopen(fd, "w", encoding="utf8") as fh:
-            fh.write(text)
+            fh.write(redact.redact_urls(text))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class OutsideRunDir(MoekitError):
+    """A folder moekit writes into under a run directory leads elsewhere through a symbolic link."""
+
+
+def confined(run: Path, path: Path) -> Path:
+    """`path`, a place under `run` that moekit writes to, once no folder between them (nor `path` itself) is a
+    symbolic link: a link planted in a run directory must not carry its logs, metrics or checkpoints elsewhere.
+    Raises OutsideRunDir naming the link and where it leads."""
+    here = run
+    for part in path.relative_to(run).parts:
+        here = here / part
+        if here.is_symlink():
+            raise OutsideRunDir(
+                f"{here} is a symbolic link (to {os.readlink(here)}); moekit writes only inside the run directory "
+                f"{run}, so it stopped before moving or writing anything there.\n"
+                f"  fix: remove the link (rm {here}); move what it points to back into the run directory first if "
+                "it belongs to this run"
+            )
+    return path
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -69,7 +101,7 @@ def write_record(path: Path, data: Any) -> None:
             raise
         with open(path, "r+", encoding="utf8") as fh:
             fh.truncate(0)
-            fh.write(text)
+            fh.write(redact.redact_urls(text))
 
 
 class RecordError(MoekitError):
@@ -82,11 +114,41 @@ def records_before_launch(run: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        full = " (the disk is full)" if exc.errno in FULL else ""
+        if exc.errno not in FULL:
+            raise RecordError(
+                f"cannot write the run's records to {run}: {exc.strerror}; nothing was launched. "
+                "Fix: make it writable, or run.dir=<a folder you can write to> (or leave run.dir unset)."
+            ) from None
+        cause, free = full_cause(run)
+        resumes = (run / MANIFEST).is_file()
+        again = (
+            f"then run the same command again (with run.dir={run}): it resumes this run from its checkpoints"
+            if resumes
+            else "then run the same command again"
+        )
         raise RecordError(
-            f"cannot write the run's records to {run}: {exc.strerror}{full}; nothing was launched. "
-            "Fix: free space there, or run.dir=<a folder with space> (or leave run.dir unset)."
+            f"cannot write the run's records to {run}: {exc.strerror} ({cause}); nothing was launched. "
+            f"Fix: {free}, {again}."
         ) from None
+
+
+def full_cause(path: Path) -> tuple[str, str]:
+    """(why writes under `path` fail with ENOSPC, what frees room): no inodes left (the file system holds as many
+    files as it can, though bytes remain), or no bytes left. statvfs of `path` or the nearest folder above it."""
+    here = path
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    try:
+        st = os.statvfs(here)
+    except OSError:
+        return "the disk is full", "free space there"
+    if st.f_files and st.f_favail == 0:
+        free_bytes = st.f_bavail * st.f_frsize / 1e9
+        return (
+            f"no inodes left: the file system holds as many files as it can, with {free_bytes:.1f} GB still free",
+            f"delete files there (many small ones count most: old runs, caches; `df -i {here}` shows the inodes)",
+        )
+    return "the disk is full", f"free space there (`df -h {here}`)"
 
 
 def write_yaml(path: Path, data: Any) -> None:

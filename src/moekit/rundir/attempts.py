@@ -107,7 +107,7 @@ def locked(run: Path) -> Iterator[None]:
 
 
 def _attempt_dirs(run: Path) -> list[Path]:
-    folder = run / ATTEMPTS
+    folder = rundir.confined(run, run / ATTEMPTS)
     found = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()] if folder.is_dir() else []
     return sorted(found, key=lambda p: int(p.name))
 
@@ -118,7 +118,7 @@ def set_aside(run: Path) -> int:
     done = len(_attempt_dirs(run))
     if not files:
         return done + 1
-    target = run / ATTEMPTS / str(done + 1)
+    target = rundir.confined(run, run / ATTEMPTS / str(done + 1))
     target.mkdir(parents=True)
     for p in files:
         p.rename(target / p.name)

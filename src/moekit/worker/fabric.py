@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -63,9 +63,18 @@ def _client():
 class _Meet:
     """Ranks meeting at each stage through the key-value store: arrive, process 0 says go, or the missing are named."""
 
-    def __init__(self, client, rank: int, n: int, timeout_s: float):
+    def __init__(self, client, rank: int, n: int, timeout_s: float, nodes: int = 1):
         self.client, self.rank, self.n, self.timeout_s = client, rank, n, timeout_s
         self.hosts: dict[int, str] = {rank: socket.gethostname()}
+        self.per_node = max(1, n // max(1, nodes))  # processes per node: ranks are numbered node by node
+
+    def node(self, rank: int) -> int:
+        """The node a rank runs on (the launch numbers ranks node by node)."""
+        return rank // self.per_node
+
+    def link(self, ranks: Sequence[int]) -> str:
+        """The link class between process 0 and `ranks` (for a stage that runs no collective: the exchange)."""
+        return fv.SCALE_OUT if any(self.node(r) != self.node(0) for r in ranks) else fv.SCALE_UP
 
     def _dir(self, prefix: str) -> dict[int, str]:
         try:
@@ -83,8 +92,15 @@ class _Meet:
         self.hosts |= self._dir(f"{_PREFIX}/host/")
 
     def host(self, rank: int) -> str:
-        """The host of `rank` as it published it."""
-        return self.hosts.get(rank, "?")
+        """The host of `rank` as it published it; a rank that stopped before publishing it is named by its node:
+        this host when it shares this process's node, else the node's number."""
+        if rank not in self.hosts and self.client is not None:
+            self.hosts |= self._dir(f"{_PREFIX}/host/")  # published after this process last looked
+        if rank in self.hosts:
+            return self.hosts[rank]
+        if self.node(rank) == self.node(self.rank):
+            return self.hosts[self.rank]
+        return f"node {self.node(rank)} (its host name was never published)"
 
     def missing(self, stage: str) -> list[tuple[int, str]]:
         """(rank, host) of the ranks that have not arrived at `stage`."""
@@ -107,7 +123,9 @@ class _Meet:
             else:
                 self.client.blocking_key_value_get(f"{_PREFIX}/go/{stage}", ms)
         except Exception:  # noqa: BLE001 (a deadline, or the coordinator is gone)
-            raise FabricFailure([fv.missing_problem(stage, self.missing(stage), self.timeout_s, link_class)]) from None
+            missing = self.missing(stage)
+            link = link_class or self.link([r for r, _ in missing])
+            raise FabricFailure([fv.missing_problem(stage, missing, self.timeout_s, link)]) from None
 
     def publish(self, key: str, value: str) -> None:
         """Put this rank's `key` into the store."""
@@ -126,7 +144,7 @@ class _Meet:
                 out[r] = self.client.blocking_key_value_get(f"{_PREFIX}/{key}/{r}", left)
             except Exception:  # noqa: BLE001
                 raise FabricFailure(
-                    [fv.missing_problem(f"{key} exchange", [(r, self.host(r))], self.timeout_s, None)]
+                    [fv.missing_problem(f"{key} exchange", [(r, self.host(r))], self.timeout_s, self.link([r]))]
                 ) from None
         return out
 
@@ -314,7 +332,7 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
         record["checked"] = f"the mesh {mesh_sizes} does not cover the {len(devices)} devices: nothing checked"
         record["wall_s"] = time.monotonic() - started
         return record
-    meet = _Meet(_client() if n > 1 else None, rank, n, spec["timeout_s"])
+    meet = _Meet(_client() if n > 1 else None, rank, n, spec["timeout_s"], spec["nodes"])
 
     def timed_out(stage: str, link_class: str | None) -> None:
         # Who never entered the collective is the cause; when all did, none finished it (a link or a device).
@@ -323,6 +341,9 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
         _fail([fv.missing_problem(stage, who, spec["timeout_s"], link_class, verb)], record, spec, rank)
 
     watchdog = _Watchdog(spec["timeout_s"] + 5, timed_out)
+    if _fault(environ, rank) == "stop_early":  # test fault: stopped before it published its host name
+        print(f"moekit: fabric: test fault: rank {rank} stops before the check starts", flush=True)
+        time.sleep(10**6)
     meet.exchange_hosts()
     mesh = build_mesh(devices, spec["ici"], spec["dcn"])
     per_node = max(1, len(devices) // spec["nodes"])

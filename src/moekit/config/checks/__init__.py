@@ -2,17 +2,27 @@
 
 Each check returns Problems (key, what is wrong, the override that fixes it); `problems` runs all of
 them so a user sees every problem at once. Pure: no environment, files or clock. The checks live in one
-module per topic (mesh, moe, cluster, compute, text, family, data); CHECKS and WARNINGS list them here.
+module per topic (mesh, moe, cluster, compute, text, sizes, family, data); CHECKS and WARNINGS list them here.
 """
 
 from __future__ import annotations
 
 from moekit.base.errors import ConfigError
-from moekit.config.checks import cluster, compute, data, family, mesh, moe, text
+from moekit.config.checks import cluster, compute, data, family, mesh, moe, sizes, text
 from moekit.config.checks.problem import Check, Problem
 from moekit.config.schema import Config
 
-__all__ = ["CHECKS", "WARNINGS", "Check", "Problem", "ensure_valid", "format_warnings", "problems", "warnings"]
+__all__ = [
+    "CHECKS",
+    "TRAINING_ONLY",
+    "WARNINGS",
+    "Check",
+    "Problem",
+    "ensure_valid",
+    "format_warnings",
+    "problems",
+    "warnings",
+]
 
 # Every check, in the order its problems print; a topic module holds the checks of one concern.
 CHECKS: list[Check] = [
@@ -36,6 +46,7 @@ CHECKS: list[Check] = [
     cluster.volumes_valid,
     cluster.checkpoints_persist,
     text.paths_fit_the_file_system,
+    sizes.environment_fits_a_launch,
     cluster.no_inline_secrets,
     data.data_source_complete,
     data.packing_with_te_attention,
@@ -46,6 +57,33 @@ CHECKS: list[Check] = [
     family.backend_supports_family,
     family.attention_runs_the_family,
 ]
+# Checks of what training runs (the model, its MoE layer, precision, memory, data, the batch): a fabric-only job
+# (`moekit fabric`, fabric.only=true) runs the rendezvous and the collectives of the mesh, never MaxText, so none of
+# them apply to it.
+TRAINING_ONLY: frozenset[Check] = frozenset(
+    {
+        mesh.experts_divide_over_ep,
+        mesh.batch_divides,
+        moe.dropless,
+        moe.megablox_on_gpu,
+        moe.tokamax_gpu_takes_half_precision,
+        compute.precision_supported,
+        moe.te_moe_requirements,
+        moe.te_gmm_requirements,
+        moe.dispatch_fits_backend,
+        compute.memory_policy_consistent,
+        compute.attention_supported,
+        compute.profile_window_fits,
+        data.data_source_complete,
+        data.packing_with_te_attention,
+        family.routing_has_one_owner,
+        family.decoder_reads_the_routing,
+        family.layers_fit_the_family,
+        family.group_limited_routing,
+        family.backend_supports_family,
+        family.attention_runs_the_family,
+    }
+)
 # What runs, but not as the user likely means (slow, not refused); printed before launch.
 WARNINGS: list[Check] = [
     compute.custom_policy_names_both_tags,
@@ -60,7 +98,7 @@ def problems(cfg: Config) -> list[Problem]:
     beyond 64 bits) come alone: the other checks compute with them."""
     if found := list(text.numbers_in_range(cfg)):
         return found
-    return [p for fn in CHECKS for p in fn(cfg)]
+    return [p for fn in CHECKS if not (cfg.fabric.only and fn in TRAINING_ONLY) for p in fn(cfg)]
 
 
 def warnings(cfg: Config) -> list[Problem]:

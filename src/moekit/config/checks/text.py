@@ -65,18 +65,19 @@ KEY_FORMATS: tuple[tuple[str, formats.Format, str], ...] = (  # mapping, format 
 RESERVED_ENV = {"XLA_FLAGS": "xla.flags.NAME=VALUE (each flag is checked)"}
 
 
-def _texts(node: object, path: str = "") -> Iterator[tuple[str, str, bool]]:
-    """(dotted path, text, is a mapping key) for every string in a config tree."""
+def _texts(node: object, path: str = "") -> Iterator[tuple[str, str, bool, str]]:
+    """(dotted path, text, is a mapping key, path of the mapping or list holding it) for every string in a config
+    tree. The holder is kept apart from the path: a key may itself hold '.' (`{"A.B": 1}` from a YAML file)."""
     if isinstance(node, dict):
         for k, v in node.items():
             where = f"{path}.{k}" if path else str(k)
-            yield where, str(k), True
+            yield where, str(k), True, path
             yield from _texts(v, where)
     elif isinstance(node, list):
         for i, v in enumerate(node):
             yield from _texts(v, f"{path}.{i}")
     elif isinstance(node, str):
-        yield path, node, False
+        yield path, node, False, path.rsplit(".", 1)[0]
 
 
 def _matches(path: str, pattern: str) -> bool:
@@ -86,7 +87,7 @@ def _matches(path: str, pattern: str) -> bool:
 
 def text_fits_its_format(cfg: Config) -> Iterator[Problem]:
     """Every string is one line of printable text, and identifiers have their format (config/formats.py)."""
-    for path, text, is_key in _texts(cfg.to_dict()):
+    for path, text, is_key, parent in _texts(cfg.to_dict()):
         bad = formats.unprintable(text)
         if bad:
             what = "key" if is_key else "value"
@@ -98,7 +99,6 @@ def text_fits_its_format(cfg: Config) -> Iterator[Problem]:
             )
             continue
         if is_key:
-            parent = path.rsplit(".", 1)[0]
             for mapping, fmt, example in KEY_FORMATS:
                 if _matches(parent, mapping) and (why := fmt.problem(text)):
                     yield Problem(path, f"the key {text!r} {why}", f"name it like {mapping}.{example}")

@@ -6,12 +6,15 @@ Adding a plot (docs/extending.md): its drawing function and its row in PLOTS, an
 
 from __future__ import annotations
 
+import os
+import tempfile
 import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from moekit import rundir
 from moekit.observe.profiles.profile_rules import BUCKETS
 from moekit.observe.runs import summary
 from moekit.observe.runs.metrics import series
@@ -42,8 +45,33 @@ def _save(plt, fig, runs: Sequence[Run], path: Path) -> None:
     """Every chart: the runs' provenance as a caption, then written and closed."""
     fig.text(0.01, 0.01, _caption(runs), fontsize=7, color="gray")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    # Into a new file renamed over `path`: a symbolic link planted at `path` is replaced, never followed.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, dpi=110, format="png")
+        os.chmod(tmp, 0o666 & ~rundir.umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+
+
+LABEL_WIDTH = 24  # characters per line of a bar's label: a long run name wraps instead of running past its bar
+
+
+def _wrapped(name: str) -> str:
+    """A label on lines of at most LABEL_WIDTH characters (long words cut too: a run name has no spaces)."""
+    return textwrap.fill(name, LABEL_WIDTH, break_long_words=True) if len(name) > LABEL_WIDTH else name
+
+
+def _legend_outside(ax) -> None:
+    """The legend right of the axes, where it covers no data (tight_layout makes room for it)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:  # labels wrapped: a long run name would leave the axes no width
+        ax.legend(handles, [_wrapped(n) for n in labels], fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def _excluded(r: Run) -> set[int]:
@@ -68,7 +96,7 @@ def _step_time(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> No
     ax.set(xlabel="step", ylabel="step time (s)", title=title)
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     _save(plt, fig, runs, path)
 
 
@@ -78,7 +106,8 @@ def _tflops(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
     meds = [r.summary["tflops_per_device"] or 0.0 for r in runs]
     spans = []
     for r in runs:
-        counted = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in _excluded(r)]
+        left_out = _excluded(r)  # once per run: inside the comprehension it cost a pass over every step per step
+        counted = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in left_out]
         vals = counted if r.summary["tflops_per_device"] is not None and counted else [0.0]
         spans.append((max(0.0, min(vals)), max(vals)))
     err = [
@@ -88,7 +117,7 @@ def _tflops(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
     bars = ax.bar(range(len(runs)), meds, yerr=err, capsize=4, color=[f"C{i}" for i in range(len(runs))])
     shown = [r.summary["tflops_per_device"] for r in runs]
     ax.bar_label(bars, labels=["n/a" if m is None else f"{m:.4g}" for m in shown], padding=3, fontsize=8)
-    ax.set_xticks(range(len(runs)), names, rotation=15 if len(runs) > 3 else 0, fontsize=8)
+    ax.set_xticks(range(len(runs)), [_wrapped(n) for n in names], rotation=15 if len(runs) > 3 else 0, fontsize=8)
     ax.set(ylabel="TFLOP/s per device (MaxText's count)", title="Throughput: steady-state median (bars: min-max)")
     ax.grid(axis="y", alpha=0.3)
     _save(plt, fig, runs, path)
@@ -111,7 +140,7 @@ def _loss(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
         )
     ax.set(xlabel="step", ylabel="training loss", title="Loss curves")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     _save(plt, fig, runs, path)
 
 

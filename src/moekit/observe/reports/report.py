@@ -6,6 +6,7 @@ separate tables; a reference row always names its kind and source. docs/metrics.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +51,11 @@ def _versions(r: Run) -> str:
     return ", ".join(f"{k} {r.versions[k]}" for k in VERSION_KEYS if k in r.versions) or "unrecorded"
 
 
+def _finite(value: Any) -> bool:
+    """Whether a metric is a finite number (a missing or non-numeric one is not judged here)."""
+    return not isinstance(value, (int, float)) or math.isfinite(value)
+
+
 def status(r: Run) -> str:
     """ok, or what went wrong: 'failed: killed (2 of 4 steps)', 'ok (no record of step 5)': a row never hides it.
 
@@ -60,6 +66,9 @@ def status(r: Run) -> str:
     done = len(recorded & set(range(planned))) if planned else len(recorded)
     partial = f" ({done} of {planned} steps)" if planned and done < planned else ""
     state = m.status or "unrecorded"
+    nonfinite = sorted(int(row["step"]) for row in r.metrics.rows if not _finite(row.get(summary.LOSS, 0.0)))
+    if nonfinite:  # a run whose loss became NaN or infinite did not train, whatever its processes' exit status
+        return f"loss not finite at step(s) {summary.ranges(nonfinite)}{'' if state == 'ok' else f' ({state})'}"
     if state == "ok" and not partial:
         return "ok"
     failure = (m.failure or {}).get("class")

@@ -96,6 +96,20 @@ def _wrong_types(cfg: dict[str, Any], manifest: records.Manifest) -> str | None:
     return None
 
 
+def fabric_only(path: Path) -> dict[str, Any] | None:
+    """The fabric.json of a run directory that holds only the fabric check (`moekit fabric`, fabric.only=true: no
+    training, so no metrics and no maxtext.log to read); None for any other directory."""
+    if not path.is_dir() or not (path / rundir.CONFIG).is_file():
+        return None
+    try:
+        cfg = records.read_config(path)
+        fab = records.read_fabric(path)
+    except records.Unreadable:
+        return None
+    only = isinstance(cfg, dict) and bool((cfg.get("fabric") or {}).get("only"))
+    return fab if only and fab is not None else None
+
+
 def load(path: Path) -> Run:
     """The run directory at `path`, with its summary computed from its metrics; MetricsError when it is not one."""
     if not path.is_dir():

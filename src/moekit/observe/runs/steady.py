@@ -22,13 +22,14 @@ outliers. docs/metrics.md states the rule.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from moekit.observe.runs.events import COMPILE, RESTORE, SAVE, TRACE_START, TRACE_STOP, Events
 
-START, COMPILED, RESTORED, SAVED, TRACE, REFILL, WARMUP, OUTLIER = (
+START, COMPILED, RESTORED, SAVED, TRACE, REFILL, WARMUP, OUTLIER, NONFINITE = (
     "attempt start",
     "compile",
     "checkpoint restore",
@@ -37,6 +38,7 @@ START, COMPILED, RESTORED, SAVED, TRACE, REFILL, WARMUP, OUTLIER = (
     "pipeline refill",
     "warm-up",
     "outlier",
+    "not finite",
 )
 WARMUP_FACTOR = 1.5  # a leading step of an attempt this many times the median of its later steps is warming up
 OUTLIER_FACTOR = 3.0  # a step this many times (or this fraction of) the median of the counted steps is not steady
@@ -57,6 +59,7 @@ REASONS = {
     WARMUP: f"a leading step of an attempt slower than {WARMUP_FACTOR:g}x the median of that attempt's later steps",
     OUTLIER: f"over {OUTLIER_FACTOR:g}x or under 1/{OUTLIER_FACTOR:g} of the median of the counted steps: a stall "
     "or a timing artefact",
+    NONFINITE: "its step time is NaN or infinite: no time can be counted from it",
 }
 # Reasons after which the pipeline refills. A compilation is host work: the device runs on with what is in flight,
 # then waits, so the step after one is off too (CPU, 2026-12-04: after the metric compilations of a resumed
@@ -91,7 +94,7 @@ class Verdict:
 
 def judge(steps: Sequence[Step], events: Mapping[int, Events], checkpoint_every: int = 0) -> Verdict:
     """The rule over all attempts' steps (one record per step): events first, then the times."""
-    out: dict[int, str] = {}
+    out: dict[int, str] = {s.step: NONFINITE for s in steps if not math.isfinite(s.seconds)}
     evidence: dict[int, str] = {}
     by_attempt: dict[int, list[Step]] = {}
     for s in sorted(steps, key=lambda s: s.step):
@@ -104,7 +107,7 @@ def judge(steps: Sequence[Step], events: Mapping[int, Events], checkpoint_every:
         else:
             evidence[attempt] = "checkpoint.every (no event record)"
             marks = _by_schedule(own, checkpoint_every)
-        out |= marks
+        out = marks | out  # a step that is not finite keeps that reason
         out |= _refills(own, out)
         out |= _warmup(own, out)
     rest = [s for s in steps if s.step not in out]
