@@ -127,6 +127,19 @@ CASES = [  # id, returncode, log tail, class
     # MaxText stops itself on a loss that is not finite (abort_on_nan_loss / abort_on_inf_loss): its own class.
     ("nan-loss", 1, "completed step: 3, seconds: 0.1, loss: nan\nAborting training due to NaN loss.", "nan_loss"),
     ("inf-loss", 1, "I1204 12:00:00 max_logging.py:41] Aborting training due to Inf loss.", "nan_loss"),
+    # MaxText 0.2.5 (common/data_loader.py): its loader's exception, caught and printed before it stops.
+    (
+        "data-ran-out",
+        1,
+        "Training stopped: You may have run out of training data. Received <class 'StopIteration'> exception: ()",
+        "data_ended",
+    ),
+    (
+        "data-iterator-raised",
+        1,
+        "Training stopped: `next(self.data_iterator)` failed with <class 'TypeError'> exception: (bad input).",
+        "data_error",
+    ),
     (
         "xla-unknown-flag",
         -6,

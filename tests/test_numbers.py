@@ -210,14 +210,14 @@ def test_a_summary_keeps_every_attempt_wall_time():
 
 def test_the_tune_table_prints_cpu_figures_and_the_comparison_rule():
     """tune on CPU printed TFLOP/s as 0.0; a candidate within its reference's spread shows no speed-up."""
-    from moekit.commands import tune
+    from moekit.series import tune_table
 
     ref = {"role": "reference", "overrides": ["experiment=smoke"], "status": "ok", "step_time_s": 0.0943,
            "tflops_per_device": 0.00412, "tokens_per_s_per_device": 2726.4, "spread": 0.05, "others_share": 0.1,
            "accepted": True}  # fmt: skip
     cand = ref | {"role": "candidate", "overrides": ["moe=dense"], "tokens_per_s_per_device": 2800.0}
     cand["vs_reference"] = _versus(ref, cand)
-    table = tune.format_table([ref, cand])
+    table = tune_table.format_table([ref, cand])
     assert "| 0.0943 | 0.00412 | 2726 | - |" in table and "| 0.0 |" not in table
     assert "n/a (within the runs' own spread (±5%); ratio 1.03)" in table
 

@@ -469,7 +469,7 @@ def _report_failure(failure: failures.Failure, outcome: launch.Outcome, specs: l
     print(f"moekit: training failed: {failure.title} ({who})", file=sys.stderr)
     print(f"  evidence: {failure.evidence}", file=sys.stderr)
     print(f"  causes and fixes: {failure.doc}", file=sys.stderr)
-    if failure.name == "disk_full":  # the same ENOSPC for bytes and for inodes: say which
+    if failure.name == failures.DISK_FULL.name:  # the same ENOSPC for bytes and for inodes: say which
         cause, free = rundir.full_cause(run)
         print(f"  here: {cause}; fix: {free}, then resume with run.dir={run}", file=sys.stderr)
     print(f"  run directory (resume with run.dir={run}): {run}", file=sys.stderr)
