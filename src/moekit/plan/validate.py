@@ -134,7 +134,7 @@ def table(rs: list[Row], rungs: list[tuple[str, float]], ordered: bool) -> str:
             f"[{format(r.low, fmt)}-{format(r.high, fmt)}] | {r.error:+.1%} | {'yes' if r.inside else 'no'} | "
             f"{r.source}{note} |"
         )
-    rung_text = " < ".join(f"{n.removeprefix('dsv3_ladder_')} {t:.0f}" for n, t in rungs)
+    rung_text = " -> ".join(f"{n.removeprefix('dsv3_ladder_')} {t:.0f}" for n, t in rungs)
     lines += [
         "",
         f"Ladder (forecast TFLOP/s/device, GB300, 128 GPUs): {rung_text}. "
@@ -142,6 +142,14 @@ def table(rs: list[Row], rungs: list[tuple[str, float]], ordered: bool) -> str:
         "",
     ]
     scored = [r for r in rs if not r.calibration]
+    others = [r for r in scored if r is not worst]
+    if worst is not None and others:
+        second = max(others, key=lambda r: abs(r.error))
+        lines.append(
+            f"Largest but one: {abs(second.error):.1%} ({second.name}). "
+            f"Points within 10%: {sum(abs(r.error) <= 0.10 for r in scored)} of {len(scored)}; "
+            f"within 25%: {sum(abs(r.error) <= 0.25 for r in scored)} of {len(scored)}."
+        )
     if worst is not None:
         lines.append(
             f"Over the {len(scored)} points not used for calibration: **median |error| {med:.1%}**, largest "
