@@ -107,7 +107,7 @@ def _validate(write: bool, fmt: str) -> int:
                         }
                         for r in rows
                     ],
-                    "ladder": [{"experiment": n, "tflops_per_device": t} for n, t in rungs],
+                    "ladder": [{"experiment": n, "tflops_per_device": t, "fits": fits} for n, t, fits in rungs],
                     "ladder_ordered": ordered,
                     "median_abs_error": med,
                     "largest": None if worst is None else {"name": worst.name, "error": worst.error},
