@@ -20,7 +20,13 @@ def _plan(experiment: str, overrides=(), **kw) -> dict:
     cfg = compose(experiment, overrides)
     base, model_file = model_values(cfg.model.name)
     return plan.build(
-        cfg, base, model_file, tables.data("links.yaml"), tables.data("plan_calibration.yaml"), forecast_table=TABLE, **kw
+        cfg,
+        base,
+        model_file,
+        tables.data("links.yaml"),
+        tables.data("plan_calibration.yaml"),
+        forecast_table=TABLE,
+        **kw,
     )
 
 
@@ -107,7 +113,9 @@ def test_fabric_measurements_replace_the_link_defaults(tmp_path):
         ]
     }
     params = forecast.params_from(TABLE, record)
-    assert params["link.scale_up.all_to_all"].value == 0.25 and "fabric check" in params["link.scale_up.all_to_all"].source
+    assert (
+        params["link.scale_up.all_to_all"].value == 0.25 and "fabric check" in params["link.scale_up.all_to_all"].source
+    )
     assert params["latency.scale_up_us"].value == pytest.approx(40.0)
     default = {p["name"]: p for p in _plan("dsv3_blog")["forecast"]["parts"]}
     measured = {p["name"]: p for p in _plan("dsv3_blog", fabric=record)["forecast"]["parts"]}
