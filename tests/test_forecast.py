@@ -166,3 +166,31 @@ def test_data_files_carry_provenance():
     assert all(p["run"] in points["runs"] for p in points["measured"])
     assert all(p["source"] for p in points["published"])
     assert not any("shared" in str(Path(p)) for p in (tables.DATA,))
+
+
+def test_report_shows_the_forecast_beside_the_measurement(tmp_path):
+    """A measured H200 run (benchmarks/h200/results) with the te_gmm_p breakdown as its profile.json: the report
+    sets each run's forecast beside its steady step and splits the difference per op class."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(REPO / "benchmarks" / "h200" / "results" / "2026-12-04_resume" / "plain", run)
+    b = tables.data("breakdowns.yaml")["breakdowns"]["te_gmm_p"]
+    buckets = {k: v / 1e3 for k, v in b["buckets_ms"].items() if k != "idle"}
+    mean = {
+        "window_s": b["step_ms"] / 1e3,
+        "buckets_s": buckets,
+        "idle_s": b["buckets_ms"]["idle"] / 1e3,
+        "communication_share_of_kernel_time": 0.0,
+        "collective_hidden_share": None,
+    }
+    (run / "profile.json").write_text(json.dumps({"traced_steps": [3, 4, 5], "devices": [], "mean": mean}))
+    proc = moekit("report", str(run), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Measured vs forecast" in report and report.index("## Measured vs forecast") < report.index("## Notes")
+    row = next(line for line in report.splitlines() if line.startswith("| experiment=dsv3_proxy_h200") and "[" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "0.9904" and float(cells[2].split()[0]) == pytest.approx(0.9714, rel=0.02)
+    assert "| grouped GEMM | " in report and "| attention | " in report
+    assert "Measured vs forecast" not in proc.stdout or "forecast s/step" in proc.stdout

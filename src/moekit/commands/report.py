@@ -53,6 +53,22 @@ def run(args: argparse.Namespace) -> int:
             f"the records of {' '.join(map(str, args.runs))} are corrupt or not moekit's ({type(exc).__name__}: "
             f"{exc}).\n  fix: report on directories made by `moekit train`"
         ) from None
-    print(shown)
+    forecast = _forecast_section(args.runs, path)
+    print(shown + ("\n\n" + "\n".join(forecast[4:]) if forecast else ""))
     print(f"moekit: wrote {path} and {', '.join(pngs)}")
     return 0
+
+
+def _forecast_section(run_dirs: list[Path], path: Path) -> list[str]:
+    """Each run's forecast beside its measurement (plan.versus), added to report.md before its notes."""
+    from moekit.observe import rundata
+    from moekit.observe.report import labels, table
+    from moekit.plan import versus
+
+    runs = [rundata.load(p) for p in run_dirs]
+    lines = versus.section(runs, labels(runs), table)
+    text = path.read_text()
+    at = text.find("## Notes")
+    text = text[:at] + "\n".join(lines) + "\n" + text[at:] if at >= 0 else text + "\n" + "\n".join(lines) + "\n"
+    path.write_text(text)
+    return lines
