@@ -165,7 +165,23 @@ def test_data_files_carry_provenance():
     points = tables.data("forecast_points.yaml")
     assert all(p["run"] in points["runs"] for p in points["measured"])
     assert all(p["source"] for p in points["published"])
-    assert not any("shared" in str(Path(p)) for p in (tables.DATA,))
+    for path in [*Path(forecast.__file__).parent.glob("*.py"), *tables.DATA.glob("*.yaml")]:
+        text = path.read_text()
+        assert "/work/shared" not in text and "../shared" not in text, path  # data are copied in, with provenance
+
+
+EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_gpu_experiment_has_a_forecast_with_a_band(experiment):
+    cfg = compose(experiment)
+    if cfg.hardware.name not in TABLE["hardware"]:
+        assert cfg.hardware.platform == "cpu"
+        return
+    f = forecast.forecast(tables.setup_of(cfg), forecast.params_from(TABLE)).to_dict()
+    assert 0 < f["low"] <= f["tflops_per_device"] <= f["high"] < cfg.hardware.peak_tflops.fp8
+    assert all(p["seconds"] >= 0 for p in f["parts"])
 
 
 def test_report_shows_the_forecast_beside_the_measurement(tmp_path):
