@@ -94,7 +94,18 @@ def test_forecast_parts_add_up_and_name_their_sources():
     assert {"EP dispatch + combine", "routing imbalance", "synchronisation", "host offload (exposed)"} <= names
     rows = {r["gpus"]: r for r in out["scaling"]}
     assert rows[128]["efficiency"] == pytest.approx(1.0)
-    assert rows[1024]["efficiency_low"] <= rows[1024]["efficiency"] <= rows[1024]["efficiency_high"] < 1.0
+    top = rows[1024]
+    assert top["efficiency_low"] <= top["efficiency"] <= top["efficiency_high"] < 1.0
+    # docs/plan.md's table of the blog's layouts is this output, rounded
+    doc = (REPO / "docs" / "plan.md").read_text()
+    assert (
+        f"| 128 | {f['step_s']:.2f} [{f['step_low_s']:.2f}-{f['step_high_s']:.2f}] | "
+        f"{f['tflops_per_device']:.0f} [{f['low']:.0f}-{f['high']:.0f}] |"
+    ) in doc
+    assert (
+        f"| 1024 | {top['step_s']:.2f} | {top['tflops_per_device']:.0f} | {top['efficiency']:.1%} "
+        f"[{100 * top['efficiency_low']:.1f}-{top['efficiency_high']:.1%}] |"
+    ) in doc
 
 
 def test_one_gpu_forecast_has_no_communication():
