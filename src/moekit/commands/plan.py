@@ -148,12 +148,14 @@ def run(args: argparse.Namespace) -> int:
             args.compute_tflops,
             scale,
             data_file("forecast.yaml"),
-            _fabric(args.fabric),
+            fabric := _fabric(args.fabric),
         )
         if args.search:
             from moekit.plan import search
 
-            out["search"] = search.rank(cfg, base, model_file, data_file("links.yaml"), data_file("forecast.yaml"))
+            out["search"] = search.rank(
+                cfg, base, model_file, data_file("links.yaml"), data_file("forecast.yaml"), fabric=fabric
+            )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     out["config_warnings"] = [str(w) for w in warnings(cfg)]
@@ -200,6 +202,11 @@ def format_text(p: dict[str, Any]) -> str:
         lines.append("  (no cross-device collectives on this mesh)")
     if "forecast" in p:
         lines += ["", *format_forecast(p["forecast"], p.get("scaling", []))]
+    else:
+        lines += [
+            "",
+            f"## forecast: none for hardware={p['hardware']} (no peak or HBM bandwidth in data/forecast.yaml)",
+        ]
     if "search" in p:
         lines += ["", *format_search(p["search"])]
     if "step" in p:

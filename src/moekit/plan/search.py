@@ -53,11 +53,12 @@ def rank(
     links_table: Mapping[str, Any],
     table: Mapping[str, Any],
     top: int = 12,
+    fabric: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The `top` layouts that fit, best forecast first."""
+    """The `top` layouts that fit, best forecast first (`fabric`: a run's fabric.json for the link fractions)."""
     args = {a.key: a.value for a in maxtext_args(cfg, "<run.dir>", "<run.dir>/metrics.jsonl")}
     values0 = maxtext_values(base, model_file, args)
-    params = forecast.params_from(table)
+    params = forecast.params_from(table, fabric)
     central = {k: q.value for k, q in params.items()}
     su0 = calibrate.setup(cfg, values0, links_table, table)
     host = links_table["hardware"].get(cfg.hardware.name, {}).get("host_gib_per_gpu")
