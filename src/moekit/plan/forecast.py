@@ -294,7 +294,8 @@ def evaluate(su: Setup, p: Callable[[str], float], src: Callable[[str], str] | N
     peak16 = su.peak_bf16 * 1e12
     peak8 = (su.peak_fp8 or su.peak_bf16) * 1e12
     low = su.precision in LOW_PRECISION
-    quant_bytes = p("quant.mxfp8_bytes") if su.precision == "mxfp8" else p("quant.current_bytes")
+    quant = "quant.mxfp8_bytes" if su.precision == "mxfp8" else "quant.current_bytes"
+    quant_bytes = p(quant)
     parts: list[Part] = []
 
     # other GEMMs (attention projections, dense/shared MLPs, router, unembedding)
@@ -323,7 +324,8 @@ def evaluate(su: Setup, p: Callable[[str], float], src: Callable[[str], str] | N
             how_other,
             "eff.other_gemm: "
             + src("eff.other_gemm")
-            + ("; eff.dense_experts: " + src("eff.dense_experts") if w.dense_experts else ""),
+            + ("; eff.dense_experts: " + src("eff.dense_experts") if w.dense_experts else "")
+            + (f"; lowp.relative_eff: {src('lowp.relative_eff')}; {quant}: {src(quant)}" if low else ""),
         )
     )
 
@@ -346,6 +348,9 @@ def evaluate(su: Setup, p: Callable[[str], float], src: Callable[[str], str] | N
             gg_s = 3 * w.grouped / (peak16 * eff)
             how += f" at {eff:.0%} of the BF16 peak"
         gg_src = f"eff.grouped.{su.backend}: " + src(f"eff.grouped.{su.backend}")
+        if expert_low:
+            gg_src += f"; lowp.relative_eff: {src('lowp.relative_eff')}; {quant}: {src(quant)}"
+        gg_src += f"; gemm.tile_rows: {src('gemm.tile_rows')}"
         parts.append(Part("grouped GEMM", gg_s, how, gg_src))
 
     # attention
