@@ -64,3 +64,4 @@ def run(args: argparse.Namespace) -> int:
     print(shown)
     print(f"moekit: wrote {path}" + (f" and {', '.join(pngs)}" if pngs else ""))
     return 0
+

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from moekit.config.schema import Config
-from moekit.plan import memory, network
+from moekit.plan import calibrate, forecast, memory, network
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims, maxtext_values
 from moekit.translate.env import env
@@ -44,10 +44,13 @@ def build(
     calibration: Mapping[str, Any],
     compute_tflops: float | None = None,
     scale: Sequence[int] = (),
+    forecast_table: Mapping[str, Any] | None = None,
+    fabric: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole plan as plain data: mesh, model sizes, memory items and totals (GiB), training FLOPs, collectives
-    (GB) and, where the hardware's links and a compute rate are known, the step-time model and its weak scaling to
-    each GPU count in `scale`."""
+    (GB), the no-overhead bound at a compute rate, and, with `forecast_table` (data/forecast.yaml) and GPU hardware,
+    the forecast (plan.forecast) and its weak scaling to each GPU count in `scale`; `fabric`: a run's fabric.json,
+    whose measured link fractions replace the defaults."""
     values = resolved_values(cfg, base, model_file)
     dims = Dims.from_values(values)
     mesh = Mesh.from_config(cfg)
@@ -98,10 +101,37 @@ def build(
     }
     links = network.Links.from_table(links_table, cfg.hardware.name)
     rate, rate_source = compute_rate(cfg, compute_tflops)
+    if forecast_table is not None and cfg.hardware.name in forecast_table["hardware"] and links is not None:
+        su = calibrate.setup(cfg, values, links_table, forecast_table, mem.total("host"), not mem.warnings)
+        params = forecast.params_from(forecast_table, fabric)
+        out["forecast"] = forecast.forecast(su, params).to_dict() | {
+            "links": "measured fractions from --fabric" if fabric else "default link fractions (data/forecast.yaml)",
+            "provenance": "forecast from measured one-GPU parts (data/breakdowns.yaml, data/forecast.yaml); "
+            "docs/plan.md holds its validation table",
+        }
+        if scale:
+            out["scaling"] = []
+            for n in scale:
+                top = forecast.grown(su, n)
+                eff, lo, hi, why = forecast.efficiency(su, top, params)
+                f = forecast.forecast(top, params).to_dict()
+                out["scaling"].append(
+                    {
+                        "gpus": n,
+                        "mesh": top.mesh.describe(),
+                        "step_s": f["step_s"],
+                        "tflops_per_device": f["tflops_per_device"],
+                        "efficiency": eff,
+                        "efficiency_low": lo,
+                        "efficiency_high": hi,
+                        "against_gpus": mesh.devices,
+                        "where_it_goes": why,
+                    }
+                )
     if links is not None and rate:
         model = network.step_model(dims, values, mesh, links, rate)
         out["step"] = _step(model) | {"compute_tflops": rate, "compute_source": rate_source}
-        if scale:
+        if scale and "scaling" not in out:
             out["scaling"] = [
                 {"gpus": m.mesh.devices, "mesh": m.mesh.describe(), **_step(m), "efficiency": eff}
                 for m, eff in network.scaling(dims, values, mesh, links, rate, list(scale))

@@ -11,6 +11,7 @@ from moekit import rundir
 from moekit.observe.reports import fabric_report, plots, published
 from moekit.observe.reports import report as rep
 from moekit.observe.runs import rundata, summary
+from moekit.plan import versus
 
 REPORT = "report.md"
 
@@ -53,6 +54,11 @@ def write_report(
     pngs = plots.write(runs, names, out)
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     text = rep.markdown(runs, published.load(), pngs, f"Generated {now} by moekit {moekit.__version__}")
+    forecast = versus.section(runs, names, rep.table)  # each run's forecast beside its measurement
+    if forecast:
+        at = text.find("## Notes")
+        at = at if at >= 0 else len(text)
+        text = text[:at] + "\n".join(forecast) + "\n\n" + text[at:]
     path = out / REPORT
     rundir.write_atomic(path, text)
     shown = rep.runs_table(runs, names)
@@ -61,6 +67,8 @@ def write_report(
     if any(r.profile for r in runs):
         profiled = [(n, r) for n, r in zip(names, runs, strict=True) if r.profile]
         shown += "\n\n" + rep.breakdown_table([r for _, r in profiled], [n for n, _ in profiled])
+    if forecast:
+        shown += "\n\n" + "\n".join(forecast[4:])
     if fabric := fabric_report.section(runs, names, rep.table):
         shown += "\n\n" + fabric[4]  # the table alone
     for name, r in zip(names, runs, strict=True):

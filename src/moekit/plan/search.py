@@ -1,0 +1,93 @@
+"""`moekit plan --search`: meshes and per-device batches for one GPU count and hardware, ranked by forecast (pure).
+
+Candidates keep the tensor axis at 1 and the expert axis inside one NVLink domain (EP traffic stays on NVLink): an
+ICI slice of `s` GPUs (s divides the GPU count, s <= the domain) split into FSDP x EP, the slices joined by DCN FSDP
+or DCN data parallelism, and per-device batches up to twice the configured one. Those whose memory estimate does
+not fit are left out; the rest are ranked by forecast tokens/s per device (the same model, so the same order as
+TFLOP/s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from moekit.config.schema import Config
+from moekit.plan import calibrate, forecast, memory
+from moekit.plan.mesh import AXES, Mesh
+from moekit.plan.model import Dims, maxtext_values
+from moekit.translate.env import env
+from moekit.translate.maxtext_args import maxtext_args
+
+BATCHES = (1, 2, 3, 4, 6, 8, 10, 12, 16, 24, 32)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(cfg: Config, experts: int) -> list[tuple[dict[str, int], dict[str, int]]]:
+    """(ICI axes, DCN axes) of every layout considered for the config's GPU count."""
+    n = cfg.num_devices
+    domain = cfg.hardware.nvlink_domain or n
+    ones = dict.fromkeys(AXES, 1)
+    out = []
+    for s in _divisors(n):
+        if s > domain:
+            continue
+        for ep in _divisors(s):
+            if experts % ep:
+                continue
+            ici = ones | {"fsdp": s // ep, "expert": ep}
+            rest = n // s
+            for dp in _divisors(rest):
+                out.append((ici, ones | {"fsdp": rest // dp, "data": dp}))
+    return out
+
+
+def rank(
+    cfg: Config,
+    base: Mapping[str, Any],
+    model_file: Mapping[str, Any],
+    links_table: Mapping[str, Any],
+    table: Mapping[str, Any],
+    top: int = 12,
+    fabric: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """The `top` layouts that fit, best forecast first (`fabric`: a run's fabric.json for the link fractions)."""
+    args = {a.key: a.value for a in maxtext_args(cfg, "<run.dir>", "<run.dir>/metrics.jsonl")}
+    values0 = maxtext_values(base, model_file, args)
+    params = forecast.params_from(table, fabric)
+    central = {k: q.value for k, q in params.items()}
+    su0 = calibrate.setup(cfg, values0, links_table, table)
+    host = links_table["hardware"].get(cfg.hardware.name, {}).get("host_gib_per_gpu")
+    factor = 1.17
+    biggest = max(2 * float(cfg.train.per_device_batch_size), 1.0)
+    rows = []
+    for ici, dcn in candidates(cfg, int(values0.get("num_experts", 1))):
+        mesh = Mesh(ici, dcn, cfg.hardware.nvlink_domain)
+        for batch in (b for b in BATCHES if b <= biggest):
+            keys = {f"ici_{a}_parallelism": ici[a] for a in AXES} | {f"dcn_{a}_parallelism": dcn[a] for a in AXES}
+            values = {**values0, **keys, "per_device_batch_size": batch}
+            dims = Dims.from_values(values)
+            mem = memory.estimate(dims, values, mesh, cfg.hardware.hbm_gib, env(cfg), host, factor)
+            if mem.warnings:
+                continue
+            su = dataclasses.replace(su0, dims=dims, values=values, mesh=mesh, offload_bytes=mem.total("host"))
+            step = sum(x.seconds for x in forecast.evaluate(su, lambda k: central[k]))
+            over = [f"parallelism.ici.{a}={ici[a]}" for a in ("fsdp", "expert")]
+            over += [f"parallelism.dcn.{a}={dcn[a]}" for a in ("fsdp", "data") if dcn[a] > 1]
+            rows.append(
+                {
+                    "mesh": mesh.describe(),
+                    "per_device_batch_size": batch,
+                    "step_s": step,
+                    "tokens_per_s_per_device": dims.tokens / step,
+                    "tflops_per_device": dims.train_flops() / step / 1e12,
+                    "device_gib": mem.total("device") / memory.GIB,
+                    "overrides": " ".join([*over, f"train.per_device_batch_size={batch}"]),
+                }
+            )
+    rows.sort(key=lambda r: -r["tokens_per_s_per_device"])
+    return rows[:top]

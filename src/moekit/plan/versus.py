@@ -1,0 +1,105 @@
+"""Measured against forecast for `moekit report`: each run's forecast beside its measurement, and with profile=on the
+difference per op class (pure: a run's recorded config, summary and profile in, tables out).
+
+The forecast is `moekit plan`'s (plan.forecast) for the configuration the run recorded (config.yaml). The classes
+of a traced breakdown (docs/profiling.md) map onto the forecast's parts as CLASSES says; a part with no traced
+counterpart (recompute runs inside the classes; imbalance and synchronisation need several devices) is compared
+as a whole with nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from moekit.config.schema import Config
+from moekit.plan import tables
+from moekit.plan.forecast import Forecast, forecast, params_from
+
+# forecast part -> the profile buckets (observe/profiles/profile_rules.py) that measure it
+CLASSES: dict[str, tuple[str, ...]] = {
+    "grouped GEMM": ("grouped_gemm",),
+    "other GEMMs": ("other_gemm",),
+    "attention": ("attention",),
+    "other compute": (
+        "dispatch", "combine", "mlp_act", "norm", "embed_loss", "optimizer", "other", "host_copy", "idle",
+    ),
+    "EP dispatch + combine": ("all_to_all", "nccl_ep"),
+    "FSDP/DP collectives (exposed)": ("all_gather", "reduce_scatter", "all_reduce", "collective_permute"),
+    "host offload (exposed)": ("offload",),
+}  # fmt: skip
+
+
+def run_forecast(config: Mapping[str, Any]) -> tuple[Forecast | None, str]:
+    """The forecast of a run's recorded config, or None and why there is none."""
+    try:
+        cfg = Config.model_validate(dict(config))
+    except ValueError as exc:
+        return None, f"its config.yaml does not validate ({type(exc).__name__})"
+    if cfg.hardware.name not in tables.data("forecast.yaml")["hardware"]:
+        return None, f"no forecast for hardware={cfg.hardware.name}"
+    try:
+        su = tables.setup_of(cfg)
+    except (ValueError, KeyError) as exc:
+        return None, str(exc)
+    return forecast(su, params_from(tables.data("forecast.yaml"))), ""
+
+
+def _row(name: str, summary: Mapping[str, Any], f: Forecast | None, why: str) -> list[str]:
+    st = (summary.get("step_time_s") or {}).get("median")
+    tf = summary.get("tflops_per_device")
+    if f is None:
+        return [name, f"{st:.4f}" if st else "n/a", f"n/a ({why})", "-", "-", "-"]
+    d = f.to_dict()
+    err = f"{st / f.step_s - 1:+.1%}" if st else "n/a (too few steady steps)"
+    return [
+        name,
+        f"{st:.4f}" if st else "n/a",
+        f"{f.step_s:.4f} [{f.step_low_s:.4f}-{f.step_high_s:.4f}]",
+        f"{tf:.4g}" if tf else "n/a",
+        f"{d['tflops_per_device']:.4g} [{d['low']:.4g}-{d['high']:.4g}]",
+        err,
+    ]
+
+
+def attribution(f: Forecast, mean: Mapping[str, Any]) -> list[tuple[str, float, float]]:
+    """(class, forecast s, measured s) per class of a traced step (the profile's mean over devices)."""
+    buckets = dict(mean.get("buckets_s", {})) | {"idle": mean.get("idle_s", 0.0)}
+    parts = {p.name: p.seconds for p in f.parts}
+    out = [(c, parts.get(c, 0.0), sum(buckets.get(b, 0.0) for b in bs)) for c, bs in CLASSES.items()]
+    rest = sum(s for n, s in parts.items() if n not in CLASSES)
+    out.append(("not traced (recompute, imbalance, synchronisation, contention)", rest, 0.0))
+    return [r for r in out if r[1] or r[2]]
+
+
+def section(runs: Sequence[Any], names: Sequence[str], table) -> list[str]:
+    """The report's "Measured vs forecast" heading, table and (profiled runs) the per-class difference. `runs`:
+    observe.runs.rundata.Run; `table`: the report's markdown table function."""
+    rows, diffs = [], []
+    for name, r in zip(names, runs, strict=True):
+        f, why = run_forecast(r.config)
+        rows.append(_row(name, r.summary, f, why))
+        mean = (r.profile or {}).get("mean")
+        if f is not None and mean and mean.get("window_s"):
+            for cls, fs, ms in attribution(f, mean):
+                diffs.append([name, cls, f"{fs * 1e3:.4g}", f"{ms * 1e3:.4g}", f"{(ms - fs) * 1e3:+.4g}"])
+    header = ["run", "measured s/step", "forecast s/step [band]", "measured TFLOP/s", "forecast TFLOP/s [band]"]
+    out = [
+        "## Measured vs forecast",
+        "",
+        'Forecast: `moekit plan`\'s for the configuration each run recorded (docs/plan.md, "Forecast"; built from '
+        "measured one-GPU parts, its validation table there). Error: measured step time over forecast - 1 "
+        "(positive: the run was slower than forecast).",
+        "",
+        table([*header, "error"], rows),
+        "",
+    ]
+    if diffs:
+        out += [
+            "Difference per op class (profiled runs: the traced step's buckets, mean over devices, against the "
+            "forecast's parts; positive: measured longer):",
+            "",
+            table(["run", "class", "forecast ms", "measured ms", "measured - forecast ms"], diffs),
+            "",
+        ]
+    return out
