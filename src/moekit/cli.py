@@ -33,6 +33,7 @@ COMMANDS = {
     "config": "config",
     "data": "data",
     "fabric": "fabric",
+    "checkpoint": "checkpoint",
 }
 
 

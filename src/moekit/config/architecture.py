@@ -198,7 +198,8 @@ def from_hf(c: Mapping[str, Any]) -> dict[str, Any]:
             "experts": int(c["n_routed_experts"]),
             "expert_ffn": int(c["moe_intermediate_size"]),
             "shared_experts": int(c.get("n_shared_experts") or 0),
-            "score": c.get("scoring_func", "softmax"),
+            # transformers' DeepseekV3TopkRouter always scores with a sigmoid; V2 reads scoring_func
+            "score": "sigmoid" if kind == "deepseek_v3" else c.get("scoring_func", "softmax"),
             "normalize_topk": bool(c.get("norm_topk_prob", False)),
             "scale": float(c.get("routed_scaling_factor", 1.0)),
             "q_lora_rank": int(c.get("q_lora_rank") or 0),
@@ -318,3 +319,50 @@ def differences(ours: Mapping[str, Any], published: Mapping[str, Any]) -> dict[s
     """key -> (ours, published) for every key whose values differ (a key one side lacks counts as None)."""
     keys = sorted(set(ours) | set(published))
     return {k: (ours.get(k), published.get(k)) for k in keys if ours.get(k) != published.get(k)}
+
+
+def model_overrides(c: Mapping[str, Any]) -> dict[str, Any]:
+    """moekit model keys (`model.<key>`, widths under `model.extra`) that build a model of this config's shape.
+
+    The family's model option supplies the decoder block and routing; `from_hf` and `from_maxtext` then say whether
+    the result is the config's model (moekit.checkpoint refuses the import when they differ).
+    """
+    kind = c["model_type"]
+    hidden, heads = int(c["hidden_size"]), int(c["num_attention_heads"])
+    a = from_hf(c)
+    extra: dict[str, Any] = {
+        "base_emb_dim": hidden,
+        "base_num_query_heads": heads,
+        "base_num_kv_heads": a["kv_heads"],
+        "base_moe_mlp_dim": a["expert_ffn"],
+        "base_mlp_dim": a.get("dense_ffn", a["expert_ffn"]),
+        "vocab_size": a["vocab"],
+        "normalization_layer_epsilon": a["norm_eps"],
+        "rope_max_timescale": a["rope_theta"],
+    }
+    if "head_dim" in a:
+        extra["head_dim"] = a["head_dim"]
+    else:
+        mla = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        extra |= {k: a[k] for k in mla}
+    rope = a["rope"]
+    if rope and rope["type"] == "yarn":
+        extra |= {
+            "rope_factor": rope["factor"],
+            "original_max_position_embeddings": rope["original_max_position_embeddings"],
+            "beta_fast": rope["beta_fast"],
+            "beta_slow": rope["beta_slow"],
+            "max_position_embeddings": rope["max_position_embeddings"],
+        }
+        if rope["mscale"] is not None:
+            extra["mscale"] = rope["mscale"]
+    if a["sliding_window"]:
+        extra["sliding_window_size"] = a["sliding_window"]
+    first_dense = a["moe_layers"][0] if kind.startswith("deepseek") and a["moe_layers"] else 0
+    return {
+        "num_layers": a["layers"],
+        "first_dense_layers": first_dense,
+        "num_experts": a["experts"],
+        "experts_per_token": a["top_k"],
+        "extra": extra,
+    }
