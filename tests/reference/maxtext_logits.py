@@ -23,8 +23,8 @@ from maxtext.models import models  # noqa: E402
 from maxtext.utils import maxtext_utils  # noqa: E402
 
 
-def main(ckpt: str, tokens_file: str, out: str, args: list[str]) -> None:
-    tokens = np.load(tokens_file)
+def logits(ckpt: str, tokens: np.ndarray, args: list[str]) -> tuple[np.ndarray, float]:
+    """MaxText's fp32 logits (batch, length, vocab) for tokens[:, :-1], and the mean cross entropy on tokens[:, 1:]."""
     b, n = tokens.shape[0], tokens.shape[1] - 1
     config = pyconfig.initialize(
         ["train", *args, "skip_jax_distributed_system=true", f"per_device_batch_size={b}", f"max_target_length={n}"]
@@ -36,18 +36,20 @@ def main(ckpt: str, tokens_file: str, out: str, args: list[str]) -> None:
     variables = ocp.PyTreeCheckpointer().restore(os.path.join(ckpt, "0", "items"))["params"]
     inputs = jnp.asarray(tokens[:, :-1])
     positions = jnp.broadcast_to(jnp.arange(n), (b, n))
-    with mesh:
-        logits = model.apply(
+    with jax.set_mesh(mesh):
+        out = model.apply(
             variables, inputs, positions, decoder_segment_ids=jnp.ones((b, n), jnp.int32), enable_dropout=False
         )
-    logits = np.asarray(logits[0] if isinstance(logits, tuple) else logits, dtype=np.float32)
-    np.save(out, logits)
-    logp = (
-        logits
-        - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True))
-        - logits.max(-1, keepdims=True)
-    )
-    loss = -np.take_along_axis(logp, tokens[:, 1:, None], -1).mean()
+    out = np.asarray(out[0] if isinstance(out, tuple) else out, dtype=np.float32)
+    x = out.astype(np.float64)
+    logp = x - x.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    return out, float(-np.take_along_axis(logp, tokens[:, 1:, None], -1).mean())
+
+
+def main(ckpt: str, tokens_file: str, out: str, args: list[str]) -> None:
+    values, loss = logits(ckpt, np.load(tokens_file), args)
+    np.save(out, values)
     print(f"LOSS {loss}")
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parent))
 REF_PY = REPO / ".venv-ref" / "bin" / "python"
 FAMILIES = {  # hf_tiny family -> (model option, reference class)
     "deepseek3": ("deepseek3_671b", "DeepseekV3ForCausalLM"),
@@ -66,28 +67,28 @@ def kl(ref: np.ndarray, ours: np.ndarray) -> float:
 
 
 def measure(family: str, work: Path) -> list[dict]:
+    """One family's rows; the import and MaxText's forward passes run in this process (one JAX start for all)."""
+    from maxtext_logits import logits
+
+    from moekit.cli import main as moekit_main
+    from moekit.commands.checkpoint import _args
+    from moekit.config.compose import compose
+
     option, cls = FAMILIES[family]
     tok = work / "tokens.npy"
-    tokens(tok)
+    ids = tokens(tok)
     ref = work / family
     run([str(ref_venv()), str(REPO / "tests/reference/hf_tiny.py"), family, str(ref), str(tok)])
     imp = work / f"{family}-imported"
-    moekit = str(Path(sys.executable).with_name("moekit"))
-    run([moekit, "checkpoint", "import", "--family", option, str(ref), "precision=fp32", "--out", str(imp)])
+    code = moekit_main(["checkpoint", "import", "--family", option, str(ref), "precision=fp32", "--out", str(imp)])
+    if code:
+        raise RuntimeError(f"moekit checkpoint import of {family} exited {code}")
     record = json.loads((imp / "moekit-import.json").read_text())
     ref_logits = np.load(ref / "logits.npy")
     rows = []
     for backend in BACKENDS:
-        sys.path.insert(0, str(REPO / "src"))
-        from moekit.commands.checkpoint import _args
-        from moekit.config.compose import compose
-
         cfg = compose(["experiment=smoke", f"model={option}", f"moe={backend}", "precision=fp32", *record["overrides"]])
-        out = work / f"{family}-{backend}.npy"
-        run(
-            [sys.executable, str(REPO / "tests/reference/maxtext_logits.py"), str(imp), str(tok), str(out), *_args(cfg)]
-        )
-        ours = np.load(out)
+        ours, _ = logits(str(imp), ids, _args(cfg))
         diff = float(np.abs(ours - ref_logits).max())
         scale = float(np.abs(ref_logits).max())
         rel = diff / scale
