@@ -7,7 +7,7 @@ PIP_QUIET := --quiet --disable-pip-version-check
 LOCK := requirements/cpu.lock
 export PYTHONWARNINGS := ignore::UserWarning:hydra,ignore::FutureWarning:hydra
 
-.PHONY: help venv smoke test test-fast lint lock clean k8s recipes
+.PHONY: help venv venv-ref smoke test test-fast lint lock clean k8s recipes
 
 help:  ## list targets
 	@grep -E '^[a-z0-9_-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -25,10 +25,23 @@ $(STAMP): $(LOCK) requirements/*.txt pyproject.toml
 	@$(PY) -m pip check >/dev/null || { $(PY) -m pip check; exit 1; }
 	@touch $(STAMP)
 
+# The reference models of the parity tests (transformers on torch, CPU): a venv of its own, rebuilt only when
+# requirements/ref.txt changes. `make test` builds it (tests/test_parity.py fails without it).
+REF_VENV ?= .venv-ref
+REF_STAMP := $(REF_VENV)/.moekit-ref-stamp
+venv-ref: $(REF_STAMP)  ## create .venv-ref: torch + transformers (CPU) for the reference side of tests/test_parity.py
+
+$(REF_STAMP): requirements/ref.txt
+	@set -e; py=$$(scripts/find-python); rm -rf $(REF_VENV); "$$py" -m venv $(REF_VENV); \
+	echo "installing torch + transformers into $(REF_VENV) (2.9 GB download, a few minutes the first time)"; \
+	start=$$(date +%s); $(REF_VENV)/bin/python -m pip install $(PIP_QUIET) -r requirements/ref.txt; \
+	echo "$(REF_VENV) ready in $$(( $$(date +%s) - start )) s"
+	@touch $(REF_STAMP)
+
 smoke: venv  ## real training of a tiny dropless MoE on CPU (a few minutes; timing in conf/experiment/smoke.yaml)
 	$(VENV)/bin/moekit train experiment=smoke
 
-test: venv  ## the whole suite: unit + integration (CPU training, docker, processes)
+test: venv venv-ref  ## the whole suite: unit + integration (CPU training, docker, processes)
 	$(VENV)/bin/ruff check src tests
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -53,4 +66,4 @@ lock:  ## regenerate requirements/cpu.lock from requirements/*.txt
 	  $$d/bin/pip freeze --all | grep -v -E '^(pip|moekit)[= @]'; } > $(LOCK); rm -rf $$d
 
 clean:  ## remove the venv and caches (keeps outputs/)
-	rm -rf $(VENV) .pytest_cache build src/*.egg-info
+	rm -rf $(VENV) $(REF_VENV) .pytest_cache build src/*.egg-info

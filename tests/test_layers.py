@@ -27,6 +27,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("worker",),  # inside each training process
     ("preflight",),  # host probes
     ("prepare",),  # data prepared on the host
+    ("checkpoint",),  # Hugging Face checkpoints in and out (MaxText's converter)
     ("run",),  # one run
     ("series",),  # trials, sweeps, tuning
     ("commands",),

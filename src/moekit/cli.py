@@ -34,6 +34,7 @@ COMMANDS = {
     "config": "config",
     "data": "data",
     "fabric": "fabric",
+    "checkpoint": "checkpoint",
 }
 
 

@@ -98,6 +98,9 @@ class Checkpoint(Section):
 
     every: int = Field(0, ge=0)
     """Steps between Orbax checkpoints; 0 disables checkpointing."""
+    init_from: str | None = None
+    """Start from these parameters: a folder `moekit checkpoint import` wrote (MaxText load_parameters_path=
+    <folder>/0/items); None = random initialization."""
 
 
 class MaxText(Section):

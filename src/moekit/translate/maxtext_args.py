@@ -111,6 +111,8 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
     put("parallelism.dcn", **{f"dcn_{k}_parallelism": v for k, v in dcn.items()})
     every = cfg.checkpoint.every
     put("checkpoint", enable_checkpointing=every > 0, **({"checkpoint_period": every} if every else {}))
+    if cfg.checkpoint.init_from:
+        put("checkpoint.init_from", load_parameters_path=cfg.checkpoint.init_from.rstrip("/") + "/0/items")
     if every:
         # On SIGTERM (JAX's preemption notice) save at the next step boundary, then stop (run/preemption.py).
         put("checkpoint (preemption)", enable_autocheckpoint=True)

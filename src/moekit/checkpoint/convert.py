@@ -1,0 +1,200 @@
+"""The conversion, through MaxText 0.2.5's own converter (effects: reads safetensors, writes Orbax and safetensors).
+
+Import follows maxtext.checkpoint_conversion.to_maxtext.main's eager path with its own functions (the abstract
+model, PARAM_MAPPING and HOOK_FNS of the family, the loaders that stack layers and experts, save_weights_to_checkpoint)
+for a local folder and the checkpoint's own config.json (to_maxtext itself takes the full-size config of a model name
+and a Hugging Face hub id). Export follows to_huggingface.main (its mappings with saving_to_hf=True,
+_transform_weights_to_full_model) and writes the safetensors and config.json only (no tokenizer download).
+The tensors keep the checkpoint's dtype (float32 stays float32), so import then export gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from moekit.checkpoint.hf import CheckpointError, HfCheckpoint
+from moekit.prepare.text_shards import Progress
+
+RECORD = "moekit-import.json"
+ITEMS = "0/items"  # save_weights_to_checkpoint saves step 0; MaxText's load_parameters_path points at its items
+
+
+@dataclass(slots=True)
+class Summary:
+    """What an import or export wrote."""
+
+    tensors: int
+    parameters: int
+    bytes: int
+    seconds: float
+    out: Path
+
+    def text(self, what: str) -> str:
+        return (
+            f"{what}: {self.tensors} tensors, {self.parameters:,} parameters, {self.bytes / 2**20:,.1f} MiB "
+            f"in {self.seconds:.1f} s\n  at {self.out}"
+        )
+
+
+def _pyconfig(args: Sequence[str]):
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from maxtext.configs import pyconfig
+
+    return pyconfig.initialize(["train", *args, "skip_jax_distributed_system=true"])
+
+
+def _save_dtype(ckpt: HfCheckpoint) -> str:
+    dtypes = {d for _, d in ckpt.tensors.values()}
+    if dtypes <= {"F32"}:
+        return "float32"
+    if dtypes <= {"BF16"}:
+        return "bfloat16"
+    raise CheckpointError(f"tensor dtypes {sorted(dtypes)}: moekit imports all-float32 or all-bfloat16 checkpoints")
+
+
+def _alias_collections(mapping: dict, maxtext_keys) -> dict:
+    """MaxText 0.2.5 keeps DeepSeek's selection bias in the MoEBiasVar collection while its param mapping still names
+    it params-...-gate-bias: map each such key under the name the model (or checkpoint) has."""
+    out = dict(mapping)
+    for key in maxtext_keys:
+        collection, _, rest = key.partition("-")
+        if collection != "params" and key not in out and f"params-{rest}" in out:
+            out[key] = out.pop(f"params-{rest}")
+    return out
+
+
+def _stack_layers(keys, getter, hooks, shape, axis):
+    """A scanned layer stack (one Hugging Face tensor per layer along MaxText's param_scan_axis). to_maxtext's own
+    _build_single_axis_stacked_tensor takes every per-layer tensor of a scanned MoE block (router, shared experts:
+    their keys hold "MoeBlock") for unscanned experts and stacks it along axis 0, which fails; this is its scanned
+    branch."""
+    import numpy as np
+    from maxtext.checkpoint_conversion.utils.tensor_handling import apply_hook_fns
+
+    one = tuple(d for i, d in enumerate(shape) if i != axis)
+    return np.stack([apply_hook_fns(getter(k), one, hooks) for k in keys], axis=axis)
+
+
+def _flat_list(source) -> bool:
+    return isinstance(source, list) and bool(source) and not isinstance(source[0], list)
+
+
+def _load_tensors(ckpt: HfCheckpoint) -> dict[str, Any]:
+    from safetensors import safe_open
+
+    out = {}
+    for f in ckpt.files:
+        with safe_open(str(f), framework="np") as s:
+            for name in s.keys():
+                out[name] = s.get_tensor(name)
+    return out
+
+
+def import_checkpoint(
+    ckpt: HfCheckpoint, mapping_key: str, maxtext_args: Sequence[str], out: Path, record: dict[str, Any]
+) -> Summary:
+    """Convert the checkpoint into an Orbax checkpoint at `out` (written beside it, then renamed into place)."""
+    import jax
+    from maxtext.checkpoint_conversion import to_maxtext as tm
+    from maxtext.checkpoint_conversion.utils.param_mapping import HOOK_FNS, PARAM_MAPPING
+    from maxtext.checkpoint_conversion.utils.utils import save_weights_to_checkpoint, validate_and_filter_param_map_keys
+
+    start = time.monotonic()
+    save_dtype = _save_dtype(ckpt)
+    config = _pyconfig([*maxtext_args, f"weight_dtype={save_dtype}"])
+    hf_config = dict(ckpt.config)
+    abstract, treedef = tm.get_maxtext_model_info(config)
+    param_map = _alias_collections(PARAM_MAPPING[mapping_key](hf_config, config, config.scan_layers), abstract)
+    hooks = _alias_collections(
+        HOOK_FNS[mapping_key](hf_config, config, config.scan_layers, saving_to_hf=False), abstract
+    )
+    keys = validate_and_filter_param_map_keys(param_map.keys(), abstract.keys())
+    tensors = _load_tensors(ckpt)
+
+    def getter(key):
+        if key not in tensors:
+            raise CheckpointError(f"tensor {key}: MaxText's mapping reads it, the checkpoint lacks it")
+        return tensors[key]
+
+    weights: list[Any] = [None] * len(abstract)
+    progress = Progress(len(keys), "MaxText parameters")
+    for i, mt_key in enumerate(keys):
+        idx, shape = tm._get_maxtext_indices_and_shapes(mt_key, abstract)
+        source = param_map[mt_key]
+        key = str(mt_key)
+        if config.scan_layers and "MoeBlock" in key and "MoEBiasVar" not in key and _flat_list(source):
+            load = functools.partial(_stack_layers, source, getter, hooks.get(mt_key), shape, config.param_scan_axis)
+        else:
+            load = tm._get_hf_loading_function(source, getter, hooks.get(mt_key), shape, config, mt_key)
+        tm._get_maxtext_weight(load, idx, shape, mt_key, weights, save_dtype, False)
+        progress.update(i + 1)
+    missing = [k for k, (idx, _) in abstract.items() if weights[idx] is None]
+    if missing:
+        raise CheckpointError(f"MaxText parameter {missing[0]}: no tensor of the checkpoint maps to it")
+    params = jax.tree_util.tree_unflatten(treedef, weights)
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_weights_to_checkpoint(
+        str(tmp), params, 1, config.checkpoint_storage_use_ocdbt, config.checkpoint_storage_use_zarr3, config=config
+    )
+    (tmp / RECORD).write_text(json.dumps(record | {"dtype": save_dtype}, indent=1, default=str), encoding="utf8")
+    tmp.rename(out)
+    used = {k for k in tensors}
+    return Summary(
+        tensors=len(used),
+        parameters=ckpt.parameters,
+        bytes=sum(f.stat().st_size for f in out.rglob("*") if f.is_file()),
+        seconds=time.monotonic() - start,
+        out=out,
+    )
+
+
+def export_checkpoint(
+    ckpt_dir: Path, hf_config: dict[str, Any], mapping_key: str, maxtext_args: Sequence[str], out: Path
+) -> Summary:
+    """Write the parameters of an Orbax checkpoint (`ckpt_dir`: an import, or a run's checkpoints/<step>) as
+    Hugging Face safetensors + config.json into the new folder `out`."""
+    import numpy as np
+    from maxtext.checkpoint_conversion import to_huggingface as th
+    from maxtext.checkpoint_conversion.utils.utils import (
+        detect_and_extract_checkpoint,
+        load_orbax_checkpoint,
+        validate_and_filter_param_map_keys,
+    )
+    from safetensors.numpy import save_file
+
+    start = time.monotonic()
+    items = ckpt_dir / ITEMS if (ckpt_dir / ITEMS).is_dir() else ckpt_dir / "items"
+    record = json.loads((ckpt_dir / RECORD).read_text()) if (ckpt_dir / RECORD).is_file() else {}
+    dtype = record.get("dtype", "float32")
+    config = _pyconfig([*maxtext_args, f"load_parameters_path={items}", f"weight_dtype={dtype}"])
+    maps = th._get_model_mappings(mapping_key, config.scan_layers, dict(hf_config), config)
+    state = detect_and_extract_checkpoint(load_orbax_checkpoint(config))
+    param_map = _alias_collections(maps["param_mapping"], state)
+    hooks = _alias_collections(maps["hook_fn_mapping"], state)
+    keys = validate_and_filter_param_map_keys(param_map, set(state))
+    hf = th._transform_weights_to_full_model(config, keys, state, param_map, hooks, maps["shape_mapping"])
+    arrays = {k: np.ascontiguousarray(np.asarray(v)) for k, v in sorted(hf.items())}
+    if out.exists():
+        raise CheckpointError(f"{out} exists: export writes a new folder")
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    save_file(arrays, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, default=str), encoding="utf8")
+    tmp.rename(out)
+    return Summary(
+        tensors=len(arrays),
+        parameters=sum(int(a.size) for a in arrays.values()),
+        bytes=(out / "model.safetensors").stat().st_size,
+        seconds=time.monotonic() - start,
+        out=out,
+    )

@@ -1,0 +1,130 @@
+"""Check a Hugging Face checkpoint folder against the model a moekit option composes, before anything is written.
+
+Three refusals, each naming what differs: the family (config.json's model_type against the option's decoder block),
+the architecture (moekit.config.architecture: the first key whose value differs), the tensors (safetensors headers
+against MaxText's HF_SHAPE for that config: the first tensor missing or of another shape). Reads only config.json and
+the safetensors headers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from moekit.base.errors import MoekitError
+from moekit.config.architecture import HF_FAMILIES, differences, from_hf, from_maxtext, model_overrides
+
+# MaxText 0.2.5's param mapping (PARAM_MAPPING/HOOK_FNS/HF_SHAPE key) for each family's Hugging Face model_type.
+MAPPING_KEYS = {
+    "deepseek_v3": "deepseek3-671b",
+    "deepseek_v2": "deepseek2-16b",
+    "qwen3_moe": "qwen3-30b-a3b",
+    "mixtral": "mixtral-8x7b",
+    "gpt_oss": "gpt-oss-20b",
+}
+NO_MAPPING = {
+    "llama4_text": "MaxText 0.2.5 has no to_maxtext mapping for Llama 4 (PARAM_MAPPING has none); its standalone "
+    "script checkpoint_conversion/standalone_scripts/llama4_ckpt_unscanned.py reads Meta's original .pth "
+    "checkpoint, not Hugging Face safetensors, and writes unscanned layers only",
+}
+
+
+class CheckpointError(MoekitError):
+    """The checkpoint cannot be imported into (or exported from) this model as given."""
+
+
+@dataclass(slots=True)
+class HfCheckpoint:
+    """A Hugging Face checkpoint folder: its config and its tensors' names, shapes and dtypes (headers only)."""
+
+    folder: Path
+    config: dict[str, Any]
+    tensors: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def parameters(self) -> int:
+        total = 0
+        for shape, _ in self.tensors.values():
+            n = 1
+            for d in shape:
+                n *= d
+            total += n
+        return total
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.files)
+
+
+def read(folder: Path) -> HfCheckpoint:
+    """config.json and every *.safetensors header of a local folder."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    if not (folder / "config.json").is_file():
+        raise CheckpointError(f"{folder}: no config.json (a local Hugging Face checkpoint folder is expected)")
+    config = json.loads((folder / "config.json").read_text(encoding="utf8"))
+    config = config.get("text_config", config) if config.get("model_type") == "llama4" else config
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{folder}: no *.safetensors files (moekit imports safetensors only)")
+    ckpt = HfCheckpoint(folder, config, files=files)
+    for f in files:
+        with safe_open(str(f), framework="np") as s:
+            for name in s.keys():
+                sl = s.get_slice(name)
+                ckpt.tensors[name] = (tuple(sl.get_shape()), str(sl.get_dtype()))
+    return ckpt
+
+
+def family_check(config: dict[str, Any], decoder_block: str, option: str) -> str:
+    """The MaxText mapping key for this checkpoint, or the refusal naming the family that differs."""
+    kind = config.get("model_type", "?")
+    block = HF_FAMILIES.get(kind)
+    if block is None:
+        raise CheckpointError(f"model_type {kind!r}: moekit has no family for it (known: {', '.join(HF_FAMILIES)})")
+    if block != decoder_block:
+        raise CheckpointError(
+            f"family mismatch: the checkpoint is {kind} (MaxText decoder {block}); model={option} is {decoder_block}"
+        )
+    if kind in NO_MAPPING:
+        raise CheckpointError(f"{kind}: {NO_MAPPING[kind]}")
+    return MAPPING_KEYS[kind]
+
+
+def override_strings(config: dict[str, Any]) -> list[str]:
+    """Hydra overrides (`model.key=value`) that give the option this checkpoint's shape."""
+    o = model_overrides(config)
+    extra = o.pop("extra")
+    return [f"model.{k}={v}" for k, v in o.items()] + [f"model.extra.{k}={v}" for k, v in extra.items()]
+
+
+def architecture_check(config: dict[str, Any], values: dict[str, Any]) -> None:
+    """Refuse when the composed model (MaxText's resolved keys) is not the checkpoint's, naming the first key."""
+    diff = differences(from_maxtext(values), from_hf(config))
+    if diff:
+        key, (ours, theirs) = next(iter(diff.items()))
+        raise CheckpointError(
+            f"architecture mismatch at {key!r}: the model composes {ours!r}, the checkpoint's config.json {theirs!r}"
+            + (f" (and {len(diff) - 1} more key(s))" if len(diff) > 1 else "")
+        )
+
+
+def shape_check(ckpt: HfCheckpoint, mapping_key: str) -> list[str]:
+    """Refuse at the first tensor MaxText's mapping needs that is missing or of another shape; returns the names
+    of tensors the mapping does not read (a DeepSeek-V3 checkpoint's multi-token-prediction layer, for example)."""
+    from maxtext.checkpoint_conversion.utils.hf_shape import HF_SHAPE
+
+    expected = HF_SHAPE[mapping_key](ckpt.config)
+    for name, shape in expected.items():
+        if name not in ckpt.tensors:
+            if name.endswith("e_score_correction_bias") and ckpt.config.get("model_type") != "deepseek_v3":
+                continue
+            raise CheckpointError(f"tensor {name}: missing from {ckpt.folder} (expected shape {tuple(shape)})")
+        got = ckpt.tensors[name][0]
+        if tuple(got) != tuple(shape):
+            raise CheckpointError(f"tensor {name}: shape {got} in the checkpoint, the model needs {tuple(shape)}")
+    return sorted(set(ckpt.tensors) - set(expected))

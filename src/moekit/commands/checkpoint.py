@@ -1,0 +1,117 @@
+"""`moekit checkpoint import|export`: Hugging Face checkpoints in and out of the Orbax format runs start from.
+
+    moekit checkpoint import --family deepseek2_16b ~/DeepSeek-V2-Lite --out /ckpt/dsv2   # then:
+    moekit train experiment=dsv2_lite_8gpu checkpoint.init_from=/ckpt/dsv2
+    moekit checkpoint export /ckpt/dsv2 --out ~/dsv2-hf                              # back to safetensors
+
+`--family` is the model option (conf/model/) the checkpoint is an instance of; a checkpoint of another shape (a
+smaller one) gets the option's routing and the checkpoint's widths, printed as the overrides the run needs. Before
+anything is written the family, every architectural value and every tensor's shape are checked, and the first
+difference is named. A progress bar goes to stderr, the summary to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+HELP = "import a Hugging Face checkpoint folder into an Orbax checkpoint (checkpoint.init_from=), or export one"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The import and export subcommands."""
+    sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    q = sub.add_parser("import", help="a local Hugging Face checkpoint folder -> an Orbax checkpoint runs start from")
+    q.add_argument(
+        "src_and_overrides",
+        nargs="+",
+        metavar="SRC [OVERRIDE ...]",
+        help="a folder with config.json and *.safetensors; then overrides of the run (default experiment=smoke)",
+    )
+    q.add_argument("--family", required=True, help="the model option it is an instance of (deepseek3_671b, ...)")
+    q.add_argument("--out", type=Path, required=True, help="a new folder for the Orbax checkpoint")
+    e = sub.add_parser("export", help="an imported (or trained) Orbax checkpoint -> Hugging Face safetensors")
+    e.add_argument("src", type=Path, help="a folder `checkpoint import` wrote")
+    e.add_argument("--out", type=Path, required=True, help="a new folder for config.json + model.safetensors")
+
+
+def _compose(family: str, overrides: list[str]):
+    from moekit.config.compose import compose
+
+    base = [] if any(o.startswith("experiment=") for o in overrides) else ["experiment=smoke"]
+    return compose([*base, f"model={family}", *overrides])
+
+
+def _args(cfg) -> list[str]:
+    from moekit.translate.maxtext_args import maxtext_args
+
+    skip = ("load_parameters_path", "metrics_file", "base_output_directory", "run_name")
+    return [a.render() for a in maxtext_args(cfg, "/tmp/moekit-ckpt", "/tmp/moekit-ckpt/m.jsonl") if a.key not in skip]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Import or export; a refused checkpoint exits 2 with the first difference named (moekit.cli)."""
+    from moekit.base.maxtext_files import model_values
+    from moekit.checkpoint import convert, hf
+    from moekit.plan import resolved_values
+
+    if args.action == "export":
+        record_file = args.src / convert.RECORD
+        if not record_file.is_file():
+            raise hf.CheckpointError(f"{args.src}: no {convert.RECORD} (export reads what `checkpoint import` wrote)")
+        record = json.loads(record_file.read_text(encoding="utf8"))
+        cfg = _compose(record["family"], record["overrides"])
+        summary = convert.export_checkpoint(
+            args.src.absolute(), record["hf_config"], record["mapping"], _args(cfg), args.out.absolute()
+        )
+        print(summary.text("exported"))
+        return 0
+    args.src, args.overrides = Path(args.src_and_overrides[0]), list(args.src_and_overrides[1:])
+    if args.out.exists():
+        raise hf.CheckpointError(f"{args.out} exists: import writes a new folder")
+    ckpt = hf.read(args.src)
+    probe = _compose(args.family, list(args.overrides))
+    mapping = hf.family_check(ckpt.config, probe.model.decoder_block, args.family)
+    shape = hf.override_strings(ckpt.config)
+    cfg = _compose(args.family, [*args.overrides, *shape])
+    hf.architecture_check(ckpt.config, resolved_values(cfg, *model_values(cfg.model.name)))
+    unused = hf.shape_check(ckpt, mapping)
+    record = {
+        "family": args.family,
+        "overrides": [*args.overrides, *shape],
+        "mapping": mapping,
+        "source": str(args.src.resolve()),
+        "hf_config": ckpt.config,
+        "tensors": len(ckpt.tensors),
+        "parameters": ckpt.parameters,
+    }
+    summary = convert.import_checkpoint(ckpt, mapping, _args(cfg), args.out.absolute(), record)
+    summary.tensors, summary.parameters = len(ckpt.tensors) - len(unused), ckpt.parameters
+    print(summary.text(f"imported {args.src} ({ckpt.bytes / 2**20:,.1f} MiB of safetensors)"))
+    if unused:
+        print(f"  not imported: {len(unused)} tensor(s) MaxText's model has no place for, e.g. {unused[0]}")
+    own = _needed(probe, resolved_values(probe, *model_values(probe.model.name)), shape)
+    print(
+        f"  train from it: moekit train model={args.family} checkpoint.init_from={args.out.absolute()} {' '.join(own)}"
+    )
+    return 0
+
+
+def _needed(probe, values: dict, shape: list[str]) -> list[str]:
+    """The shape overrides whose value the option does not already have (those the train command must repeat)."""
+    out = []
+    for o in shape:
+        key, value = o.split("=", 1)
+        name = key.rsplit(".", 1)[1]
+        have = values.get(name) if key.startswith("model.extra.") else getattr(probe.model, name)
+        if str(have) != value and not (_num(have) is not None and _num(have) == _num(value)):
+            out.append(o)
+    return out
+
+
+def _num(x) -> float | None:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,368 @@
+"""A model's architecture in one vocabulary, read from two sides: MaxText's keys and a Hugging Face config.
+
+`from_maxtext(values)` reads the keys MaxText runs with (base.yml < model file < moekit's arguments);
+`from_hf(config)` reads a Hugging Face `config.json` (a dict) the way transformers' modeling code uses it. Both
+return the same keys, so that a model moekit composes can be compared with the published one key by key
+(tests/test_config_tie.py), and an imported checkpoint with the family it is imported into (moekit.checkpoint).
+`maxtext_model_keys(config)` is the other direction: the MaxText width and rope keys that build a model of a
+Hugging Face config's shape (the family's model option supplies decoder block and routing).
+
+Routing is compared by what it computes, not by key names: MaxText's "" score function (top-k of the logits,
+softmax over the k) computes what Mixtral's softmax-then-renormalized-top-k computes. The reading of each key
+names the MaxText code it follows (maxtext/layers/moe.py get_topk and deepseek_scale_weights,
+maxtext/models/llama4.py determine_is_moe_layer, maxtext/models/gpt_oss.py GPT_OSS_ATTENTION_PATTERN,
+maxtext/layers/embeddings.py LLaMARotaryEmbedding). Pure functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# MaxText's decoder block for each Hugging Face model_type moekit has a family for.
+HF_FAMILIES = {
+    "deepseek_v3": "deepseek",
+    "deepseek_v2": "deepseek",
+    "qwen3_moe": "qwen3_moe",
+    "mixtral": "mixtral",
+    "gpt_oss": "gpt_oss",
+    "llama4_text": "llama4",
+}
+
+# moe.py get_topk: group-limited routing runs only for these model names (deepseek_routing).
+_GROUP_ROUTING_MODELS = ("deepseek3", "deepseek4", "kimi-k2")
+# embeddings.py LLaMARotaryEmbedding: the llama3.1 scaling MaxText applies, constants in its code.
+_LLAMA31_SCALING = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+
+def from_maxtext(v: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture of the model MaxText builds from these resolved keys."""
+    block = v["decoder_block"]
+    n = int(v["base_num_decoder_layers"])
+    if block == "deepseek":
+        moe = [i >= int(v["first_num_dense_layers"]) for i in range(n)]
+    elif block == "llama4":
+        step = int(v["interleave_moe_layer_step"])
+        moe = [(i + 1) % step == 0 for i in range(n)]
+    else:
+        moe = [True] * n
+    a: dict[str, Any] = {
+        "layers": n,
+        "moe_layers": tuple(i for i, m in enumerate(moe) if m),
+        "hidden": int(v["base_emb_dim"]),
+        "heads": int(v["base_num_query_heads"]),
+        "kv_heads": int(v["base_num_kv_heads"]),
+        "experts": int(v["num_experts"]),
+        "top_k": int(v["num_experts_per_tok"]),
+        "expert_ffn": int(v["base_moe_mlp_dim"]),
+        "shared_experts": int(v["shared_experts"]) if block in ("deepseek", "llama4") else 0,
+        "vocab": int(v["vocab_size"]),
+        "tied_embeddings": bool(v["logits_via_embedding"]),
+        "norm_eps": float(v["normalization_layer_epsilon"]),
+        "activation": str(v["mlp_activations"][0]),
+        "activation_limit": float(v.get("mlp_activations_limit") or 0) if block == "gpt_oss" else None,
+        "attention_bias": bool(v["attention_bias"]) and v.get("attention_type") != "mla",
+        "mlp_bias": bool(v["mlp_bias"]),
+        "qk_norm": bool(v["use_qk_norm"]) or block == "qwen3_moe",
+        "attention_sinks": bool(v["attention_sink"]),
+        "sliding_window": int(v["sliding_window_size"]) or None,
+        "sliding_layers": tuple(range(0, n, 2)) if block == "gpt_oss" else (),
+        "chunk_window": int(v["chunk_attn_window_size"]) or None if block == "llama4" else None,
+        "nope_layers": _every(n, int(v["nope_layer_interval"])) if block == "llama4" else (),
+        "temperature_tuning": bool(v["temperature_tuning"]) if block == "llama4" else False,
+    }
+    if not all(moe):
+        a["dense_ffn"] = int(v["base_mlp_dim"])
+    a |= _routing_maxtext(v, block)
+    a |= _attention_maxtext(v)
+    a |= _rope_maxtext(v)
+    return a
+
+
+def _every(n: int, interval: int) -> tuple[int, ...]:
+    return tuple(i for i in range(n) if interval > 0 and (i + 1) % interval == 0)
+
+
+def _routing_maxtext(v: Mapping[str, Any], block: str) -> dict[str, Any]:
+    score = v["routed_score_func"]
+    if block == "deepseek":  # deepseek_scale_weights: sigmoid weights renormalized, then x routed_scaling_factor
+        out = {"score": score, "normalize_topk": score == "sigmoid", "scale": float(v["routed_scaling_factor"])}
+    elif block == "llama4":  # top-1 logit through a sigmoid (llama4.py), nothing renormalized
+        out = {"score": "sigmoid", "normalize_topk": False, "scale": 1.0}
+    else:  # top-k of the logits, softmax over the k: the top-k weights of a softmax, renormalized
+        out = {"score": "softmax" if score in ("", "softmax") else score, "normalize_topk": True, "scale": 1.0}
+    groups = None
+    if (
+        block == "deepseek"
+        and int(v["n_routing_groups"]) != -1
+        and str(v["model_name"]).startswith(_GROUP_ROUTING_MODELS)
+    ):
+        groups = (int(v["n_routing_groups"]), int(v["topk_routing_group"]))
+    out["routing_groups"] = groups
+    out["selection_bias"] = block == "deepseek" and bool(v["routed_bias"])  # bias for choosing only
+    out["router_bias"] = block != "deepseek" and bool(v["routed_bias"])  # bias on the logits the weights come from
+    return out
+
+
+def _attention_maxtext(v: Mapping[str, Any]) -> dict[str, Any]:
+    if v.get("attention_type") == "mla":
+        return {
+            "q_lora_rank": int(v["q_lora_rank"]),
+            "kv_lora_rank": int(v["kv_lora_rank"]),
+            "qk_nope_head_dim": int(v["qk_nope_head_dim"]),
+            "qk_rope_head_dim": int(v["qk_rope_head_dim"]),
+            "v_head_dim": int(v["v_head_dim"]),
+        }
+    return {"head_dim": int(v["head_dim"])}
+
+
+def _rope_maxtext(v: Mapping[str, Any]) -> dict[str, Any]:
+    kind = v["rope_type"]
+    out: dict[str, Any] = {"rope_theta": float(v["rope_max_timescale"])}
+    if kind == "yarn":
+        out["rope"] = {
+            "type": "yarn",
+            "factor": float(v["rope_factor"]),
+            "original_max_position_embeddings": int(v["original_max_position_embeddings"]),
+            "beta_fast": float(v["beta_fast"]),
+            "beta_slow": float(v["beta_slow"]),
+            "truncate": bool(v["rope_truncate"]),
+            "interleave": bool(v["rope_interleave"]),
+            # rope_attention_scaling=false: MaxText scales the attention by mscale (DeepSeek's mscale and
+            # mscale_all_dim); true: the rotary output by yarn's 0.1 ln(factor) + 1 (gpt-oss: no mscale given)
+            "mscale": None if v["rope_attention_scaling"] else float(v["mscale"]),
+            "max_position_embeddings": int(v["max_position_embeddings"]),
+        }
+    elif kind == "llama3.1" and v["rope_use_scale"]:
+        out["rope"] = {"type": "llama3"} | {k: float(x) for k, x in _LLAMA31_SCALING.items()}
+    else:
+        out["rope"] = None
+    return out
+
+
+# ---- the Hugging Face side ----
+
+
+def _rope_params(c: Mapping[str, Any]) -> dict[str, Any]:
+    """transformers >= 5 keeps rope in rope_parameters; older configs in rope_theta + rope_scaling."""
+    p = dict(c.get("rope_parameters") or {})
+    if not p:
+        p = dict(c.get("rope_scaling") or {}) | {"rope_theta": c.get("rope_theta")}
+    p.setdefault("rope_type", p.get("type", "default"))
+    return p
+
+
+def from_hf(c: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture of the model transformers builds from this config dict (a text config for Llama 4)."""
+    kind = c["model_type"]
+    if kind not in HF_FAMILIES:
+        raise ValueError(f"model_type {kind!r}: moekit has no family for it (known: {', '.join(HF_FAMILIES)})")
+    n = int(c["num_hidden_layers"])
+    hidden = int(c["hidden_size"])
+    heads = int(c["num_attention_heads"])
+    a: dict[str, Any] = {
+        "layers": n,
+        "hidden": hidden,
+        "heads": heads,
+        "kv_heads": int(c.get("num_key_value_heads") or heads),
+        "top_k": int(c["num_experts_per_tok"]),
+        "vocab": int(c["vocab_size"]),
+        "tied_embeddings": bool(c.get("tie_word_embeddings", False)),
+        "norm_eps": float(c["rms_norm_eps"]),
+        "activation": c.get("hidden_act", "silu"),
+        "activation_limit": None,
+        "attention_bias": bool(c.get("attention_bias") or False),
+        "mlp_bias": False,
+        "qk_norm": False,
+        "attention_sinks": False,
+        "sliding_window": None,
+        "sliding_layers": (),
+        "chunk_window": None,
+        "nope_layers": (),
+        "temperature_tuning": False,
+        "shared_experts": 0,
+        "routing_groups": None,
+        "selection_bias": False,
+        "router_bias": False,
+    }
+    if kind in ("deepseek_v2", "deepseek_v3"):
+        first = int(c["first_k_dense_replace"])
+        freq = int(c.get("moe_layer_freq") or 1)
+        a["moe_layers"] = tuple(i for i in range(n) if i >= first and i % freq == 0)
+        a |= {
+            "experts": int(c["n_routed_experts"]),
+            "expert_ffn": int(c["moe_intermediate_size"]),
+            "shared_experts": int(c.get("n_shared_experts") or 0),
+            # transformers' DeepseekV3TopkRouter always scores with a sigmoid; V2 reads scoring_func
+            "score": "sigmoid" if kind == "deepseek_v3" else c.get("scoring_func", "softmax"),
+            "normalize_topk": bool(c.get("norm_topk_prob", False)),
+            "scale": float(c.get("routed_scaling_factor", 1.0)),
+            "q_lora_rank": int(c.get("q_lora_rank") or 0),
+            "kv_lora_rank": int(c["kv_lora_rank"]),
+            "qk_nope_head_dim": int(c["qk_nope_head_dim"]),
+            "qk_rope_head_dim": int(c["qk_rope_head_dim"]),
+            "v_head_dim": int(c["v_head_dim"]),
+            "attention_bias": False,  # MLA projections carry no bias in either implementation
+        }
+        if kind == "deepseek_v3":  # transformers' DeepseekV3TopkRouter: e_score_correction_bias, n_group/topk_group
+            a["selection_bias"] = True
+            a["routing_groups"] = (int(c["n_group"]), int(c["topk_group"])) if int(c.get("n_group") or 1) > 1 else None
+        elif c.get("topk_method", "greedy") != "greedy" and int(c.get("n_group") or 1) > 1:
+            a["routing_groups"] = (int(c["n_group"]), int(c["topk_group"]))
+    elif kind == "qwen3_moe":
+        step = int(c.get("decoder_sparse_step") or 1)
+        only_mlp = set(c.get("mlp_only_layers") or [])
+        a["moe_layers"] = tuple(i for i in range(n) if i not in only_mlp and (i + 1) % step == 0)
+        a |= {
+            "experts": int(c.get("num_experts") or c["num_local_experts"]),
+            "expert_ffn": int(c["moe_intermediate_size"]),
+            "score": "softmax",
+            "normalize_topk": bool(c["norm_topk_prob"]),
+            "scale": 1.0,
+            "head_dim": int(c.get("head_dim") or hidden // heads),
+            "qk_norm": True,  # Qwen3MoeAttention always has q_norm/k_norm
+        }
+        if c.get("use_sliding_window"):
+            a["sliding_window"] = int(c["sliding_window"])
+    elif kind == "mixtral":
+        a["moe_layers"] = tuple(range(n))
+        a |= {
+            "experts": int(c["num_local_experts"]),
+            "expert_ffn": int(c["intermediate_size"]),
+            "score": "softmax",
+            "normalize_topk": True,  # MixtralSparseMoeBlock renormalizes the top-k softmax weights
+            "scale": 1.0,
+            "head_dim": int(c.get("head_dim") or hidden // heads),
+            "sliding_window": int(c["sliding_window"]) if c.get("sliding_window") else None,
+        }
+    elif kind == "gpt_oss":
+        types = list(c.get("layer_types") or [])
+        a["moe_layers"] = tuple(range(n))
+        a |= {
+            "experts": int(c["num_local_experts"]),
+            "expert_ffn": int(c["intermediate_size"]),
+            "score": "softmax",  # GptOssTopKRouter: top-k of the logits (with bias), softmax over the k
+            "normalize_topk": True,
+            "scale": 1.0,
+            "router_bias": True,
+            "head_dim": int(c.get("head_dim") or hidden // heads),
+            "activation": "sigmoid",  # GptOssExperts: gate * sigmoid(1.702 gate) * (up + 1), clamped
+            "activation_limit": float(c["swiglu_limit"]),
+            "mlp_bias": True,
+            "attention_sinks": True,  # GptOssAttention.sinks
+            "sliding_window": int(c["sliding_window"]),
+            "sliding_layers": tuple(i for i, t in enumerate(types) if t == "sliding_attention"),
+        }
+    else:  # llama4_text
+        step = int(c.get("interleave_moe_layer_step") or 1)
+        moe_layers = c.get("moe_layers")
+        a["moe_layers"] = tuple(moe_layers) if moe_layers is not None else tuple(range(step - 1, n, step))
+        no_rope = c.get("no_rope_layers")  # 1 = RoPE, 0 = NoPE, one entry per layer
+        interval = int(c.get("no_rope_layer_interval") or 4)
+        nope = (
+            [i for i, r in enumerate(no_rope) if not r] if no_rope else [i for i in range(n) if (i + 1) % interval == 0]
+        )
+        a |= {
+            "experts": int(c["num_local_experts"]),
+            "expert_ffn": int(c["intermediate_size"]),
+            "shared_experts": 1,  # Llama4TextMoe.shared_expert
+            "score": "sigmoid",  # Llama4Router: top-k of the logits, sigmoid of those
+            "normalize_topk": False,
+            "scale": 1.0,
+            "head_dim": int(c.get("head_dim") or hidden // heads),
+            "qk_norm": bool(c.get("use_qk_norm", False)),
+            "chunk_window": int(c["attention_chunk_size"]) if c.get("attention_chunk_size") else None,
+            "nope_layers": tuple(nope),
+            "temperature_tuning": bool(c.get("attn_temperature_tuning", False)),
+        }
+    if len(a["moe_layers"]) < n:
+        a["dense_ffn"] = int(c["intermediate_size_mlp"] if kind == "llama4_text" else c["intermediate_size"])
+    a |= _rope_hf(c, kind)
+    return a
+
+
+def _rope_hf(c: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    p = _rope_params(c)
+    out: dict[str, Any] = {"rope_theta": float(p["rope_theta"])}
+    rope_type = p["rope_type"]
+    if rope_type == "yarn":
+        mscale, mscale_all = p.get("mscale"), p.get("mscale_all_dim")
+        if mscale is not None and mscale_all is not None and mscale != mscale_all:
+            raise ValueError(f"yarn mscale {mscale} != mscale_all_dim {mscale_all}: MaxText has one mscale key")
+        out["rope"] = {
+            "type": "yarn",
+            "factor": float(p["factor"]),
+            "original_max_position_embeddings": int(p["original_max_position_embeddings"]),
+            "beta_fast": float(p.get("beta_fast", 32.0)),
+            "beta_slow": float(p.get("beta_slow", 1.0)),
+            "truncate": bool(p.get("truncate", True)),
+            # transformers' DeepSeek models rotate interleaved pairs (rope_interleave); gpt-oss rotates halves
+            "interleave": kind.startswith("deepseek") and bool(c.get("rope_interleave", True)),
+            "mscale": None if mscale is None else float(mscale),
+            "max_position_embeddings": int(c["max_position_embeddings"]),
+        }
+    elif rope_type == "llama3":
+        out["rope"] = {"type": "llama3"} | {k: float(p[k]) for k in _LLAMA31_SCALING}
+    elif rope_type == "default":
+        out["rope"] = None
+    else:
+        out["rope"] = {"type": rope_type}
+    return out
+
+
+def differences(ours: Mapping[str, Any], published: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """key -> (ours, published) for every key whose values differ (a key one side lacks counts as None)."""
+    keys = sorted(set(ours) | set(published))
+    return {k: (ours.get(k), published.get(k)) for k in keys if ours.get(k) != published.get(k)}
+
+
+def model_overrides(c: Mapping[str, Any]) -> dict[str, Any]:
+    """moekit model keys (`model.<key>`, widths under `model.extra`) that build a model of this config's shape.
+
+    The family's model option supplies the decoder block and routing; `from_hf` and `from_maxtext` then say whether
+    the result is the config's model (moekit.checkpoint refuses the import when they differ).
+    """
+    kind = c["model_type"]
+    hidden, heads = int(c["hidden_size"]), int(c["num_attention_heads"])
+    a = from_hf(c)
+    extra: dict[str, Any] = {
+        "base_emb_dim": hidden,
+        "base_num_query_heads": heads,
+        "base_num_kv_heads": a["kv_heads"],
+        "base_moe_mlp_dim": a["expert_ffn"],
+        "base_mlp_dim": a.get("dense_ffn", a["expert_ffn"]),
+        "vocab_size": a["vocab"],
+        "normalization_layer_epsilon": a["norm_eps"],
+        "rope_max_timescale": a["rope_theta"],
+    }
+    if "head_dim" in a:
+        extra["head_dim"] = a["head_dim"]
+    else:
+        mla = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        extra |= {k: a[k] for k in mla}
+    rope = a["rope"]
+    if rope and rope["type"] == "yarn":
+        extra |= {
+            "rope_factor": rope["factor"],
+            "original_max_position_embeddings": rope["original_max_position_embeddings"],
+            "beta_fast": rope["beta_fast"],
+            "beta_slow": rope["beta_slow"],
+            "max_position_embeddings": rope["max_position_embeddings"],
+        }
+        if rope["mscale"] is not None:
+            extra["mscale"] = rope["mscale"]
+    if a["sliding_window"]:
+        extra["sliding_window_size"] = a["sliding_window"]
+    first_dense = a["moe_layers"][0] if kind.startswith("deepseek") and a["moe_layers"] else 0
+    return {
+        "num_layers": a["layers"],
+        "first_dense_layers": first_dense,
+        "num_experts": a["experts"],
+        "experts_per_token": a["top_k"],
+        "extra": extra,
+    }

@@ -1,0 +1,127 @@
+"""Hugging Face checkpoints in and out, and every family's logits against its transformers reference.
+
+The reference models come from .venv-ref (torch + transformers on CPU, `make venv-ref`; `make test` builds it):
+tests/reference/hf_tiny.py runs there in a subprocess. Without it these tests fail, saying how to build it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import REPO, losses, moekit
+
+sys.path.insert(0, str(REPO / "tests" / "reference"))
+import parity  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("hf")
+
+
+def reference(family: str, out, tokens=None):
+    cmd = [str(parity.ref_venv()), str(REPO / "tests/reference/hf_tiny.py"), family, str(out)]
+    subprocess.run(cmd + ([str(tokens)] if tokens is not None else []), check=True, capture_output=True, timeout=300)
+    return json.loads((out / "reference.json").read_text()) if tokens is not None else None
+
+
+def imported(family: str, option: str, work):
+    ref = work / family
+    if not ref.exists():
+        reference(family, ref)
+    out = work / f"{family}-ckpt"
+    if not out.exists():
+        p = moekit("checkpoint", "import", "--family", option, str(ref), "precision=fp32", "--out", str(out))
+        assert p.returncode == 0, p.stderr[-3000:]
+        assert re.search(r"imported .*: \d+ tensors, [\d,]+ parameters, [\d.]+ MiB in [\d.]+ s", p.stdout), p.stdout
+    return ref, out
+
+
+def test_import_refuses_another_family_before_writing(work):
+    ref = work / "mixtral"
+    reference("mixtral", ref)
+    out = work / "refused"
+    p = moekit("checkpoint", "import", "--family", "qwen3_30b_a3b", str(ref), "--out", str(out))
+    assert p.returncode == 2 and "family mismatch: the checkpoint is mixtral" in p.stderr, p.stderr[-2000:]
+    assert not out.exists()
+
+
+def test_import_refuses_a_tensor_of_another_shape_naming_it(work):
+    from safetensors.numpy import load_file, save_file
+
+    bad = work / "qwen3-bad"
+    reference("qwen3_moe", bad)
+    tensors = load_file(str(bad / "model.safetensors"))
+    name = "model.layers.1.self_attn.k_proj.weight"
+    tensors[name] = np.zeros((16, 64), np.float32)
+    save_file(tensors, str(bad / "model.safetensors"))
+    out = work / "refused-shape"
+    p = moekit("checkpoint", "import", "--family", "qwen3_30b_a3b", str(bad), "--out", str(out))
+    assert p.returncode == 2 and f"tensor {name}: shape (16, 64)" in p.stderr, p.stderr[-2000:]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("family", "option"), [("deepseek3", "deepseek3_671b"), ("qwen3_moe", "qwen3_30b_a3b")])
+def test_step0_loss_of_a_run_from_the_import_is_the_reference_loss(family, option, work, tmp_path):
+    ref, ckpt = imported(family, option, work)
+    record = json.loads((ckpt / "moekit-import.json").read_text())
+    # MaxText's synthetic batch: randint(PRNGKey(0)) under the unsafe_rbg PRNG its trainer selects (train.py).
+    probe = (
+        "import jax, numpy as np; jax.config.update('jax_default_prng_impl', 'unsafe_rbg');"
+        f"np.save('{tmp_path}/t.npy', np.asarray(jax.random.randint(jax.random.PRNGKey(0), (2, 17), 0, 256)))"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True, env={"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin"})
+    expected = reference(family, tmp_path / "ref", tmp_path / "t.npy")["loss"]
+    run = moekit(
+        "train",
+        "experiment=smoke",
+        f"model={option}",
+        f"checkpoint.init_from={ckpt}",
+        *record["overrides"],
+        "precision=fp32",
+        "train.steps=1",
+        "train.seq_len=16",
+        f"run.base_dir={tmp_path}/runs",
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (metrics,) = (tmp_path / "runs").rglob("metrics.jsonl")
+    assert losses(metrics.parent)[0] == pytest.approx(expected, rel=1e-5)
+
+
+def test_import_then_export_gives_every_tensor_bit_for_bit(work):
+    from safetensors.numpy import load_file
+
+    ref, ckpt = imported("qwen3_moe", "qwen3_30b_a3b", work)
+    out = work / "qwen3-exported"
+    shutil.rmtree(out, ignore_errors=True)
+    p = moekit("checkpoint", "export", str(ckpt), "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]
+    a, b = load_file(str(ref / "model.safetensors")), load_file(str(out / "model.safetensors"))
+    assert set(a) == set(b)
+    for name in a:
+        assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
+        assert a[name].tobytes() == b[name].tobytes(), name
+
+
+def test_logits_parity_table_is_measured():
+    """docs/adapting.md's table is what tests/reference/parity.py measures now (numbers to 1 significant digit
+    of their exponent band, status exactly)."""
+    doc = (REPO / "docs" / "adapting.md").read_text(encoding="utf8")
+    pinned = doc.split(parity.BEGIN)[1].split(parity.END)[0].strip().splitlines()[2:]
+    measured = parity.main(write=False).splitlines()[2:]
+    assert len(pinned) == len(measured)
+    for old, new in zip(pinned, measured, strict=True):
+        o, n = [c.strip() for c in old.split("|")], [c.strip() for c in new.split("|")]
+        assert o[1:4] == n[1:4] and o[6] == n[6], (old, new)
+        if "match" in o[6]:
+            rel = float(re.search(r"\(([\d.e+-]+)\)", n[4]).group(1))
+            assert rel <= parity.TOLERANCE, new
