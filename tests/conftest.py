@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,48 @@ def wait_until(proc: subprocess.Popen, ready: Callable[[], bool], what: str, tim
             os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail(f"not {what} within {timeout_s} s")
         time.sleep(0.05)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is stopped (or the process is gone)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return all((t / "stat").read_text().split(") ", 1)[1][0] in "tTZX" for t in tasks)
+    except (OSError, IndexError):
+        return True
+
+
+def pending(pid: int, sig: int) -> bool:
+    """Whether signal `sig` waits for process `pid` (sent to the process, not yet taken: a stopped process keeps
+    it until SIGCONT); true once the process is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    masks = [int(line.split()[1], 16) for line in status.splitlines() if line.startswith(("ShdPnd:", "SigPnd:"))]
+    return any(m >> (sig - 1) & 1 for m in masks)
+
+
+@contextlib.contextmanager
+def frozen(pids: Iterable[int]) -> Iterator[None]:
+    """SIGSTOP the processes `pids` and wait until all their threads stopped; SIGCONT them on the way out. What a
+    frozen run has written (records, events, committed checkpoints) cannot change while the caller reads it and
+    sends a stop, so a stop lands exactly in the state read: a slow machine changes when, never where."""
+    pids = list(pids)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 60
+    while not all(_stopped(p) for p in pids):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"processes {pids} did not stop within 60 s")
+        time.sleep(0.002)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def free_port() -> int:
