@@ -447,8 +447,14 @@ def _plain(smoke_run) -> dict:
 @pytest.mark.parametrize("path", ["profile=on", "train -m member"])
 def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_run, profiled_smoke, smoke_sweep):
     """experiment=smoke three ways, each a fixture other tests share: plain, with profile=on (the trace edges and
-    the steps after them are left out by the trace events), and as run 0 of a `train -m` sweep."""
+    the steps after them are left out by the trace events), and as run 0 of a `train -m` sweep. The profiled run
+    counts 3 steps at one moment of a shared CPU whose load drifts between minutes: it is held against both plain
+    measures of the session (the plain run, the sweep's run 0, made at other moments) and must be within RATIO of
+    one of them, as the resumed run above is bracketed by two references."""
     plain = _plain(smoke_run)
+    folder, sweep = smoke_sweep
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    member = json.loads((folder / "0" / "summary.json").read_text())
     if path == "profile=on":
         run, proc = profiled_smoke
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -456,15 +462,15 @@ def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_r
         reasons = {e["step"]: e["reason"] for e in got["excluded"]}
         # MaxText traces steps 3..5: starting the trace falls in step 3, stopping it in step 6.
         assert reasons.get(3) == reasons.get(6) == "profile window edge", reasons
+        against = [plain, member]
     else:
-        folder, proc = smoke_sweep
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        got = json.loads((folder / "0" / "summary.json").read_text())
+        got, against = member, [plain]
     print(f"\n{path}: {got['tokens_per_s_per_device']:.1f} tokens/s over {got['counted_steps']}; plain "
-          f"{plain['tokens_per_s_per_device']:.1f} over {plain['counted_steps']}")  # fmt: skip
+          f"{plain['tokens_per_s_per_device']:.1f} over {plain['counted_steps']}; sweep run 0 "
+          f"{member['tokens_per_s_per_device']:.1f} over {member['counted_steps']}")  # fmt: skip
     assert got["missing_steps"] == [] and got["steps"] == 10
-    ratio = got["tokens_per_s_per_device"] / plain["tokens_per_s_per_device"]
-    assert 1 / RATIO <= ratio <= RATIO, ratio
+    ratios = [got["tokens_per_s_per_device"] / a["tokens_per_s_per_device"] for a in against]
+    assert any(1 / RATIO <= r <= RATIO for r in ratios), ratios
 
 
 @pytest.mark.integration
