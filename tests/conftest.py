@@ -157,6 +157,45 @@ def frozen(pids: Iterable[int]) -> Iterator[None]:
                 os.kill(pid, signal.SIGCONT)
 
 
+def _stamps(events: Path) -> tuple[int, bool]:
+    """From a training process's events file: how many steps it stamped done, and whether it stopped for a
+    preemption notice (observe/events.py)."""
+    ends, stopped = 0, False
+    for line in events.read_text().splitlines() if events.is_file() else []:
+        try:
+            kind = json.loads(line)["event"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        ends, stopped = ends + (kind == "step_end"), stopped or kind == "stop"
+    return ends, stopped
+
+
+def hold_steps_until_stopped(proc: subprocess.Popen, pids: Iterable[int], events: Path, pause_s: float = 1.0) -> None:
+    """After a SIGTERM reached the workers `pids`: keep them frozen `pause_s` after each step they finish, until
+    process 0 (its events file `events`) stopped for the notice or they ended. JAX turns the notice into a sync
+    step on wall-clock time (its notifier polls once a second; on a loaded 2-core machine a SIGTERM sent right
+    after step 10 was acted on at step 39, 73 s later, on 2026-12-05); held like this, the workers reach it
+    within a step or two on any machine, and a chain keeps its steps for the stops that follow."""
+    pids = list(pids)
+    seen = _stamps(events)[0]
+    while proc.poll() is None:
+        with frozen(pids):
+            ends, stopped = _stamps(events)
+            if stopped or all(_gone(p) for p in pids):
+                return
+            if ends > seen:
+                seen = ends
+                time.sleep(pause_s)
+        time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] in "ZX"
+    except (OSError, IndexError):
+        return True
+
+
 def free_port() -> int:
     """A TCP port nothing listens on right now (for a coordinator)."""
     with socket.socket() as s:

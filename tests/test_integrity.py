@@ -33,6 +33,7 @@ import pytest
 
 from conftest import (
     frozen,
+    hold_steps_until_stopped,
     live_workers,
     losses,
     moekit,
@@ -219,14 +220,15 @@ def interrupt(command: list[str], run: Path, attempt: int, stop: Stop, steps: in
     records, events and checkpoints stand still), reads where the attempt is, and sends the stop while they are
     frozen, so it lands in the state read; near the point the run goes on only in slices of SLICE_S between
     checks, so a loaded machine that starves this test cannot carry the run past it. SIGTERM goes to moekit; the
-    workers stay frozen until moekit passed it on to them. If the attempt still went past every point the stop
+    workers stay frozen until moekit passed it on to them, then are held after each step until they stopped for
+    it (conftest.hold_steps_until_stopped). If the attempt still went past every point the stop
     may use (a window shorter than a slice), moekit is SIGKILLed there instead (`replanned`: a kill commits
     nothing, and the chain places the stop again in a later attempt)."""
     began, last = time.monotonic(), steps - 1
     proc = start_moekit(command, run)
     wait_until(proc, lambda: _running(run, attempt) and len(live_workers(run)) == processes, "the workers")
     pids = live_workers(run)
-    stepping, deadline = False, time.monotonic() + 600
+    stepping, held, deadline = False, False, time.monotonic() + 600
     while True:
         if proc.poll() is not None:
             pytest.fail(f"attempt {attempt} ended before {stop.meant}:\n{proc.stdout.read()[-3000:]}")
@@ -248,6 +250,7 @@ def interrupt(command: list[str], run: Path, attempt: int, stop: Stop, steps: in
                     os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
                     passed_on = lambda: all(pending(p, signal.SIGTERM) for p in pids.values())  # noqa: E731
                     wait_until(proc, passed_on, "moekit passing SIGTERM on", timeout_s=60)
+                    held = True
                 elif stop.how == KILL_MOEKIT:
                     os.killpg(proc.pid, signal.SIGKILL)  # moekit only: its workers die with it (PDEATHSIG)
                 else:
@@ -255,6 +258,8 @@ def interrupt(command: list[str], run: Path, attempt: int, stop: Stop, steps: in
                 break
             stepping = _near(now, stop, last)
         time.sleep(SLICE_S)
+    if held:
+        hold_steps_until_stopped(proc, pids.values(), run / "events.jsonl")
     stop.output, stop.returncode = proc.communicate(timeout=300)[0], proc.returncode
     deadline = time.monotonic() + 30
     while live_workers(run) and time.monotonic() < deadline:
@@ -384,7 +389,7 @@ def chain(tmp_path_factory) -> tuple[Path, list[Stop], subprocess.CompletedProce
 
 @pytest.mark.integration
 def test_resumed_run_has_every_step_once_and_the_reference_losses(reference, chain):
-    run, stops, _, unplaced = chain
+    run, stops, last, unplaced = chain
     assert not unplaced, f"no room left in the run for {[(s.how, s.meant) for s in unplaced]}"
     attempts = check_stops(run, stops)
     # The notice reaches MaxText's sync point at the first step boundary after compiling: it saves there and
@@ -397,8 +402,12 @@ def test_resumed_run_has_every_step_once_and_the_reference_losses(reference, cha
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [int(r["step"]) for r in rows] == list(range(STEPS))
     records_reconciled(run, STEPS)
-    # Each step's record comes from the last attempt that ran it: 0 from the preempted one, the rest after.
-    assert rows[0]["moekit/attempt"] == 1 and rows[-1]["moekit/attempt"] == len(stops) + 1
+    # Each step's record comes from the last attempt that ran it: 0 from the preempted one, the rest after; the
+    # last from the attempt to the end, unless the last stop's own save was the last step's (then that attempt
+    # found nothing left to train).
+    finished = attempts[-2].get("preemption", {}).get("checkpoint_step") == STEPS - 1
+    assert ("nothing left to train" in last.stdout) == finished, last.stdout[-2000:]
+    assert rows[0]["moekit/attempt"] == 1 and rows[-1]["moekit/attempt"] == len(stops) + 1 - finished
     a, b = losses(reference), losses(run)
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-3, (a, b)
 

@@ -17,7 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, frozen, live_workers, moekit, pending, recorded_steps, start_moekit, wait_until
+from conftest import (
+    free_port,
+    frozen,
+    hold_steps_until_stopped,
+    live_workers,
+    moekit,
+    pending,
+    recorded_steps,
+    start_moekit,
+    wait_until,
+)
 from moekit.observe import events
 from moekit.run import preemption, watchdog
 
@@ -142,6 +152,7 @@ def preempted_run(tmp_path_factory):
         os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
         passed_on = lambda: all(pending(p, signal.SIGTERM) for p in pids.values())  # noqa: E731
         wait_until(proc, passed_on, "moekit passing SIGTERM on", timeout_s=60)
+    hold_steps_until_stopped(proc, pids.values(), run / "events.jsonl")
     out, _ = proc.communicate(timeout=300)
     exit_s = time.monotonic() - at
     first = json.loads((run / "manifest.json").read_text())
