@@ -405,7 +405,7 @@ def test_resumed_run_has_every_step_once_and_the_reference_losses(reference, cha
     # Each step's record comes from the last attempt that ran it: 0 from the preempted one, the rest after; the
     # last from the attempt to the end, unless the last stop's own save was the last step's (then that attempt
     # found nothing left to train).
-    finished = attempts[-2].get("preemption", {}).get("checkpoint_step") == STEPS - 1
+    finished = (attempts[-2].get("preemption") or {}).get("checkpoint_step") == STEPS - 1
     assert ("nothing left to train" in last.stdout) == finished, last.stdout[-2000:]
     assert rows[0]["moekit/attempt"] == 1 and rows[-1]["moekit/attempt"] == len(stops) + 1 - finished
     a, b = losses(reference), losses(run)
