@@ -7,7 +7,7 @@ PIP_QUIET := --quiet --disable-pip-version-check
 LOCK := requirements/cpu.lock
 export PYTHONWARNINGS := ignore::UserWarning:hydra,ignore::FutureWarning:hydra
 
-.PHONY: help venv venv-ref smoke test test-fast lint lock clean k8s recipes
+.PHONY: help venv venv-ref smoke test test-soak test-fast lint lock clean k8s recipes
 
 help:  ## list targets
 	@grep -E '^[a-z0-9_-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -41,12 +41,16 @@ $(REF_STAMP): requirements/ref.txt
 smoke: venv  ## real training of a tiny dropless MoE on CPU (a few minutes; timing in conf/experiment/smoke.yaml)
 	$(VENV)/bin/moekit train experiment=smoke
 
-test: venv venv-ref  ## the whole suite: unit + integration (CPU training, docker, processes)
+test: venv venv-ref  ## the suite but the soak cases: unit + integration (CPU training, docker, processes)
 	$(VENV)/bin/ruff check src tests
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not soak" $(PYTEST_ARGS)
+
+# pytest exits 5 when no test is marked soak: nothing to run is no failure.
+test-soak: venv  ## the soak cases only (long; .ci/run runs them after make test, time-boxed)
+	$(PY) -m pytest -m soak $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-fast: venv  ## unit tests only
-	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not integration and not soak" $(PYTEST_ARGS)
 
 k8s: venv  ## re-render the JobSets in k8s/ from the command in each file's header (CI diffs them)
 	$(VENV)/bin/moekit render --refresh k8s

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -112,6 +113,87 @@ def wait_until(proc: subprocess.Popen, ready: Callable[[], bool], what: str, tim
             os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail(f"not {what} within {timeout_s} s")
         time.sleep(0.05)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of process `pid` is stopped (or the process is gone)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        return all((t / "stat").read_text().split(") ", 1)[1][0] in "tTZX" for t in tasks)
+    except (OSError, IndexError):
+        return True
+
+
+def pending(pid: int, sig: int) -> bool:
+    """Whether signal `sig` waits for process `pid` (sent to the process, not yet taken: a stopped process keeps
+    it until SIGCONT); true once the process is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    masks = [int(line.split()[1], 16) for line in status.splitlines() if line.startswith(("ShdPnd:", "SigPnd:"))]
+    return any(m >> (sig - 1) & 1 for m in masks)
+
+
+@contextlib.contextmanager
+def frozen(pids: Iterable[int]) -> Iterator[None]:
+    """SIGSTOP the processes `pids` and wait until all their threads stopped; SIGCONT them on the way out. What a
+    frozen run has written (records, events, committed checkpoints) cannot change while the caller reads it and
+    sends a stop, so a stop lands exactly in the state read: a slow machine changes when, never where."""
+    pids = list(pids)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 60
+    while not all(_stopped(p) for p in pids):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"processes {pids} did not stop within 60 s")
+        time.sleep(0.002)
+    try:
+        yield
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def _stamps(events: Path) -> tuple[int, bool]:
+    """From a training process's events file: how many steps it stamped done, and whether it stopped for a
+    preemption notice (observe/events.py)."""
+    ends, stopped = 0, False
+    for line in events.read_text().splitlines() if events.is_file() else []:
+        try:
+            kind = json.loads(line)["event"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        ends, stopped = ends + (kind == "step_end"), stopped or kind == "stop"
+    return ends, stopped
+
+
+def hold_steps_until_stopped(proc: subprocess.Popen, pids: Iterable[int], events: Path, pause_s: float = 1.0) -> None:
+    """After a SIGTERM reached the workers `pids`: keep them frozen `pause_s` after each step they finish, until
+    process 0 (its events file `events`) stopped for the notice or they ended. JAX turns the notice into a sync
+    step on wall-clock time (its notifier polls once a second; on a loaded 2-core machine a SIGTERM sent right
+    after step 10 was acted on at step 39, 73 s later, on 2026-12-05); held like this, the workers reach it
+    within a step or two on any machine, and a chain keeps its steps for the stops that follow."""
+    pids = list(pids)
+    seen = _stamps(events)[0]
+    while proc.poll() is None:
+        with frozen(pids):
+            ends, stopped = _stamps(events)
+            if stopped or all(_gone(p) for p in pids):
+                return
+            if ends > seen:
+                seen = ends
+                time.sleep(pause_s)
+        time.sleep(0.05)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] in "ZX"
+    except (OSError, IndexError):
+        return True
 
 
 def free_port() -> int:

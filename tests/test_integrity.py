@@ -4,14 +4,17 @@ uninterrupted run of the same config measures, and the records hold every step e
 The stop table (docs/metrics.md, "Stopped and resumed runs"): a stop at compile, between steps, during a save or
 right after a save x SIGTERM to moekit, SIGKILL of moekit or SIGKILL of one worker x 1 or 2 processes. Two chains
 run here, each one run stopped again and again, every attempt another way, then run to the end:
-- 1 process (`chain`, 20 steps, checkpoints at 0, 5, 10, 15, 19), between uninterrupted references run before and
-  after it: SIGTERM, worker killed and moekit killed while compiling; moekit killed between steps and during a
-  save; SIGTERM and worker killed right after a save;
+- 1 process (`chain`, 40 steps, checkpoints at 0, 5, ..., 35, 39), between uninterrupted references run before
+  and after it: SIGTERM, worker killed and moekit killed while compiling; moekit killed between steps and during
+  a save; worker killed and SIGTERM right after a save;
 - 2 processes (`two_chain`, 6 steps, checkpoints at 0, 3, 5), against the uninterrupted 2-process run: worker and
   moekit killed while compiling, worker killed during a save, moekit killed between steps, SIGTERM right after a
   save.
-Each stop waits for its point in the attempt under way and is checked to have landed there (`landed`: from the
-attempt's events.jsonl and the checkpoints committed when it was sent), else the test names the cell it hit.
+Each stop waits for its point in the attempt under way, read from what the run recorded (events.jsonl, committed
+checkpoints, step records) with its workers frozen, and is sent while they are (`interrupt`): a slow machine
+changes when a stop lands, never where. An attempt that went past every point its stop could use is killed there
+and the chain places the stop again from where the run is, while the run has room (`run_chain`). Each stop is
+checked to have landed where it was meant (`landed`), else the test names the cell it hit.
 Throughput is a ratio within this test (CPU time is noisy between machines, less within one test).
 """
 
@@ -22,20 +25,30 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, live_workers, losses, moekit, recorded_steps, start_moekit, wait_until
+from conftest import (
+    frozen,
+    hold_steps_until_stopped,
+    live_workers,
+    losses,
+    moekit,
+    pending,
+    recorded_steps,
+    start_moekit,
+    wait_until,
+)
 
-STEPS = 20
-# Saves at 0, 5, 10, 15: steps 1, 6, 11, 16 pay them, the steps after refill the pipeline, 0 starts; 8 are steady.
-# Each resumed attempt loses its first three (start, the step with its first compilations, refill): 20 steps leave
-# the interrupted run enough steady steps.
-COMMON = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}", "checkpoint.every=5"]
+STEPS, EVERY = 40, 5
+# Saves at 0, 5, ..., 35 and 39: the step after each pays it, the step after that refills the pipeline, 0 starts.
+# Each resumed attempt loses its first three (start, the step with its first compilations, refill). 40 steps
+# leave the interrupted run enough steady steps and the chain seven saves to place its stops at (see CHAIN);
+# a CPU step costs about 0.5 s, an attempt's start-up 15 s.
+COMMON = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}", f"checkpoint.every={EVERY}"]
 RATIO = 1.5
 
 
@@ -114,56 +127,172 @@ class Stop:
 
     how: str  # SIGTERM | SIGKILL of moekit | worker killed
     meant: str
-    save_of: int | None = None  # during or right after a save: the save of this step (else the attempt's first)
+    save_of: int | None = None  # during or right after a save: the save of this step (else any save up to `limit`)
+    limit: int | None = None  # the latest save it may use: the steps after it are room for the rest of the chain
+    replanned: bool = False  # the test stopped this attempt because it went past the point meant (see interrupt)
     where: str = ""
     save: int | None = None  # the step of the attempt's last save begun before the stop
     committed: set[int] = field(default_factory=set)  # the committed checkpoints when it was sent
     committed_after: set[int] = field(default_factory=set)
     recorded: int | None = None  # the attempt's last recorded step when it was sent
     output: str = ""
+    returncode: int | None = None  # moekit's exit status
     wall_s: float = 0.0
 
 
-def _ready(run: Path, stop: Stop, last: int) -> bool:
-    """Whether the attempt under way is at the point `stop.meant` (see landed): at compile once MaxText restored
-    (or found no checkpoint); between steps once a step after the newest checkpoint has its record."""
-    events = _events(run)
+@dataclass(frozen=True)
+class State:
+    """What the attempt under way holds at one moment: its events, the committed checkpoints, its last recorded
+    step, and where a stop sent now would land (see landed)."""
+
+    events: list[dict]
+    committed: set[int]
+    recorded: int | None
+    t: float
+    cell: str
+    save: int | None  # the attempt's last save begun
+
+
+def _state(run: Path, last: int) -> State:
+    events, committed = _events(run), _committed(run)
+    recorded, t = max(recorded_steps(run / "metrics.jsonl"), default=None), time.time()
+    cell = landed(events, t, committed, recorded, last)
+    return State(events, committed, recorded, t, cell, (_saves(events, t, last) or [None])[-1])
+
+
+def _latest(stop: Stop, last: int) -> int:
+    """The latest save a stop at a save may use."""
+    return stop.save_of if stop.save_of is not None else stop.limit if stop.limit is not None else last
+
+
+def _eligible(stop: Stop, save: int | None, last: int) -> bool:
+    return save is not None and save <= _latest(stop, last) and stop.save_of in (None, save)
+
+
+def _ready(s: State, stop: Stop, last: int) -> bool:
+    """Whether the attempt is at the point `stop.meant` (see landed): at compile once MaxText restored (or found
+    no checkpoint); between steps once a step after the newest checkpoint has its record; during or right after
+    a save of a step the stop may use."""
+    if s.cell != stop.meant:
+        return False
     if stop.meant == "compile":
-        return any(e["event"] == "restore" for e in events)
-    committed, recorded, t = _committed(run), max(recorded_steps(run / "metrics.jsonl"), default=None), time.time()
-    now = landed(events, t, committed, recorded, last)
+        return any(e["event"] == "restore" for e in s.events)
     if stop.meant == "between steps":
-        return now == stop.meant and recorded is not None and recorded > max(committed, default=-1)
-    return now == stop.meant and stop.save_of in (None, _saves(events, t, last)[-1])
+        return s.recorded is not None and s.recorded > max(s.committed, default=-1)
+    return _eligible(stop, s.save, last)
+
+
+def _near(s: State, stop: Stop, last: int) -> bool:
+    """Whether the point is at hand: from then on the test lets the run go on only in short slices (see
+    interrupt). Right after a save: once the save it may use began."""
+    if stop.meant == "right after a save":
+        return s.cell in ("during a save", stop.meant) and _eligible(stop, s.save, last)
+    return _ready(s, stop, last)
+
+
+def _passed(s: State, stop: Stop, last: int) -> bool:
+    """Whether the attempt went past every point it could have been stopped at for `stop`."""
+    if stop.meant == "compile":
+        return s.cell != "compile"
+    if stop.meant == "between steps":
+        return False
+    latest = _latest(stop, last)
+    return (s.recorded is not None and s.recorded > latest) or (stop.meant == "during a save" and latest in s.committed)
+
+
+def _room(stop: Stop, resume: int | None, every: int, last: int) -> bool:
+    """Whether an attempt resuming from the checkpoint of step `resume` can still reach the point of `stop`."""
+    start = -1 if resume is None else resume
+    if stop.meant in ("compile", "between steps"):
+        return start < last - 1
+    saves = [s for s in range(start + 1, last + 1) if s % every == 0 or s == last]
+    return any(_eligible(stop, s, last) for s in saves)
+
+
+SLICE_S = 0.02  # near the point the run goes on in slices this long, frozen in between
 
 
 def interrupt(command: list[str], run: Path, attempt: int, stop: Stop, steps: int, processes: int = 1) -> Stop:
-    """Start attempt `attempt` of `command`, wait for the point `stop.meant`, stop it the way `stop.how` says (a
-    worker: the highest-numbered process) and wait for it to end; record where the stop landed."""
-    began = time.monotonic()
+    """Start attempt `attempt` of `command`, wait for the point `stop.meant` and stop the attempt the way
+    `stop.how` says (a worker: the highest-numbered process); wait for it to end and record where it landed.
+
+    The stop is placed by what the run records, never by time: each check freezes the workers (SIGSTOP: their
+    records, events and checkpoints stand still), reads where the attempt is, and sends the stop while they are
+    frozen, so it lands in the state read; near the point the run goes on only in slices of SLICE_S between
+    checks, so a loaded machine that starves this test cannot carry the run past it. SIGTERM goes to moekit; the
+    workers stay frozen until moekit passed it on to them, then are held after each step until they stopped for
+    it (conftest.hold_steps_until_stopped). If the attempt still went past every point the stop
+    may use (a window shorter than a slice), moekit is SIGKILLed there instead (`replanned`: a kill commits
+    nothing, and the chain places the stop again in a later attempt)."""
+    began, last = time.monotonic(), steps - 1
     proc = start_moekit(command, run)
     wait_until(proc, lambda: _running(run, attempt) and len(live_workers(run)) == processes, "the workers")
     pids = live_workers(run)
-    wait_until(proc, lambda: _ready(run, stop, steps - 1), stop.meant)
-    stop.committed, stop.recorded = _committed(run), max(recorded_steps(run / "metrics.jsonl"), default=None)
-    sent = time.time()
-    if stop.how == SIGTERM:
-        os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
-    elif stop.how == KILL_MOEKIT:
-        os.killpg(proc.pid, signal.SIGKILL)  # moekit only: its workers run in sessions of their own and die with it
-    else:
-        os.kill(pids[max(pids)], signal.SIGKILL)
-    stop.output = proc.communicate(timeout=300)[0]
+    stepping, held, deadline = False, False, time.monotonic() + 600
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"attempt {attempt} ended before {stop.meant}:\n{proc.stdout.read()[-3000:]}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"attempt {attempt} not at {stop.meant} within 600 s")
+        if not stepping and not _near(_state(run, last), stop, last):
+            time.sleep(0.05)
+            continue
+        with frozen(pids.values()):
+            now = _state(run, last)
+            act = _ready(now, stop, last)
+            if not act and _passed(now, stop, last):
+                stop = dataclasses.replace(stop, how=KILL_MOEKIT, meant=now.cell, replanned=True)
+                act = True
+            if act:
+                stop.committed, stop.recorded, sent = now.committed, now.recorded, time.time()
+                if stop.how == SIGTERM:
+                    os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
+                    passed_on = lambda: all(pending(p, signal.SIGTERM) for p in pids.values())  # noqa: E731
+                    wait_until(proc, passed_on, "moekit passing SIGTERM on", timeout_s=60)
+                    held = True
+                elif stop.how == KILL_MOEKIT:
+                    os.killpg(proc.pid, signal.SIGKILL)  # moekit only: its workers die with it (PDEATHSIG)
+                else:
+                    os.kill(pids[max(pids)], signal.SIGKILL)
+                break
+            stepping = _near(now, stop, last)
+        time.sleep(SLICE_S)
+    if held:
+        hold_steps_until_stopped(proc, pids.values(), run / "events.jsonl")
+    stop.output, stop.returncode = proc.communicate(timeout=300)[0], proc.returncode
     deadline = time.monotonic() + 30
     while live_workers(run) and time.monotonic() < deadline:
         time.sleep(0.2)
     events = _events(run)
-    stop.where = landed(events, sent, stop.committed, stop.recorded, steps - 1)
-    stop.save = (_saves(events, sent, steps - 1) or [None])[-1]
+    stop.where = landed(events, sent, stop.committed, stop.recorded, last)
+    stop.save = (_saves(events, sent, last) or [None])[-1]
     stop.committed_after, stop.wall_s = _committed(run), time.monotonic() - began
-    print(f"\nattempt {attempt}: {stop.how}, meant {stop.meant}, landed {stop.where} (save {stop.save}, recorded "
-          f"{stop.recorded}, committed {sorted(stop.committed)}; {stop.wall_s:.0f} s)")  # fmt: skip
+    print(f"\nattempt {attempt}: {stop.how}, meant {stop.meant}{' (re-planned)' if stop.replanned else ''}, landed "
+          f"{stop.where} (save {stop.save}, recorded {stop.recorded}, committed {sorted(stop.committed)}; "
+          f"{stop.wall_s:.0f} s)")  # fmt: skip
     return stop
+
+
+def run_chain(
+    command: list[str], run: Path, plan: list[Stop], steps: int, every: int, processes: int = 1
+) -> tuple[list[Stop], list[Stop]]:
+    """Stop attempts of one run the ways `plan` says, in order, each from where the one before left the run; an
+    attempt that went past its point (see interrupt) is followed by another for the same stop while the run has
+    room for it. Returns the stops sent and the planned ones that found no room (the tests name them)."""
+    stops: list[Stop] = []
+    todo, unplaced = list(plan), []
+    while todo:
+        resume = max(_committed(run), default=None)
+        if not _room(todo[0], resume, every, steps - 1):
+            print(f"\nnot placed: {todo[0].how} {todo[0].meant}: the run resumes from step {resume}")
+            unplaced.append(todo.pop(0))
+            continue
+        got = interrupt(command, run, len(stops) + 1, dataclasses.replace(todo[0]), steps, processes)
+        stops.append(got)
+        if not got.replanned:
+            todo.pop(0)
+    return stops, unplaced
 
 
 def check_stops(run: Path, stops: list[Stop]) -> list[dict]:
@@ -231,35 +360,37 @@ def reference_after(tmp_path_factory, chain) -> Path:
     return run
 
 
-# The 1-process chain: each attempt stopped one way at one point (checkpoints at 0, 5, 10, 15 and 19), then one
-# to the end. Each stop waits for its point in the attempt under way, wherever the attempt before left the run.
+# The 1-process chain: each attempt stopped one way at one point (checkpoints every EVERY steps and at the last),
+# then one to the end. Each stop waits for its point in the attempt under way, wherever the attempt before left the
+# run. A stop right after a save has one short window per save (the checkpoint's background commit, then the next
+# step's record: 0.1 s on 2026-12-05, and none at all when the commit comes later), so it may use any save up to
+# its limit; the limits leave the steps after them to the stops that follow and to the preemption's own save.
 CHAIN = [
     Stop(SIGTERM, "compile"),
     Stop(WORKER, "compile"),
     Stop(KILL_MOEKIT, "compile"),
     Stop(KILL_MOEKIT, "between steps"),
-    Stop(KILL_MOEKIT, "during a save"),
-    Stop(SIGTERM, "right after a save"),
-    Stop(WORKER, "right after a save"),
+    Stop(KILL_MOEKIT, "during a save", limit=15),
+    Stop(WORKER, "right after a save", limit=20),
+    Stop(SIGTERM, "right after a save", limit=30),
 ]
 
 
 @pytest.fixture(scope="module")
 def chain(tmp_path_factory) -> tuple[Path, list[Stop], subprocess.CompletedProcess]:
     run = tmp_path_factory.mktemp("integrity") / "chain"
-    stops = []
-    for n, stop in enumerate(CHAIN, 1):
-        stops.append(interrupt(COMMON, run, n, dataclasses.replace(stop), STEPS))
+    stops, unplaced = run_chain(COMMON, run, CHAIN, STEPS, EVERY)
     began = time.monotonic()
     last = moekit(*COMMON, f"run.dir={run}")  # to the end
-    print(f"attempt {len(CHAIN) + 1}: to the end ({time.monotonic() - began:.0f} s)")
+    print(f"attempt {len(stops) + 1}: to the end ({time.monotonic() - began:.0f} s)")
     assert last.returncode == 0, (last.stdout + last.stderr)[-3000:]
-    return run, stops, last
+    return run, stops, last, unplaced
 
 
 @pytest.mark.integration
 def test_resumed_run_has_every_step_once_and_the_reference_losses(reference, chain):
-    run, stops, _ = chain
+    run, stops, last, unplaced = chain
+    assert not unplaced, f"no room left in the run for {[(s.how, s.meant) for s in unplaced]}"
     attempts = check_stops(run, stops)
     # The notice reaches MaxText's sync point at the first step boundary after compiling: it saves there and
     # stops; that step has its record (it used to be missing), so nothing is run twice.
@@ -271,15 +402,19 @@ def test_resumed_run_has_every_step_once_and_the_reference_losses(reference, cha
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [int(r["step"]) for r in rows] == list(range(STEPS))
     records_reconciled(run, STEPS)
-    # Each step's record comes from the last attempt that ran it: 0 from the preempted one, the rest after.
-    assert rows[0]["moekit/attempt"] == 1 and rows[-1]["moekit/attempt"] == len(CHAIN) + 1
+    # Each step's record comes from the last attempt that ran it: 0 from the preempted one, the rest after; the
+    # last from the attempt to the end, unless the last stop's own save was the last step's (then that attempt
+    # found nothing left to train).
+    finished = (attempts[-2].get("preemption") or {}).get("checkpoint_step") == STEPS - 1
+    assert ("nothing left to train" in last.stdout) == finished, last.stdout[-2000:]
+    assert rows[0]["moekit/attempt"] == 1 and rows[-1]["moekit/attempt"] == len(stops) + 1 - finished
     a, b = losses(reference), losses(run)
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-3, (a, b)
 
 
 @pytest.mark.integration
 def test_resumed_run_measures_what_an_uninterrupted_run_measures(reference, chain, reference_after):
-    run, _, _ = chain
+    run = chain[0]
     refs = [json.loads((r / "summary.json").read_text()) for r in (reference, reference_after)]
     got = json.loads((run / "summary.json").read_text())
     for name, s in (("before", refs[0]), ("resumed", got), ("after", refs[1])):
@@ -321,8 +456,14 @@ def _plain(smoke_run) -> dict:
 @pytest.mark.parametrize("path", ["profile=on", "train -m member"])
 def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_run, profiled_smoke, smoke_sweep):
     """experiment=smoke three ways, each a fixture other tests share: plain, with profile=on (the trace edges and
-    the steps after them are left out by the trace events), and as run 0 of a `train -m` sweep."""
+    the steps after them are left out by the trace events), and as run 0 of a `train -m` sweep. The profiled run
+    counts 3 steps at one moment of a shared CPU whose load drifts between minutes: it is held against both plain
+    measures of the session (the plain run, the sweep's run 0, made at other moments) and must be within RATIO of
+    one of them, as the resumed run above is bracketed by two references."""
     plain = _plain(smoke_run)
+    folder, sweep = smoke_sweep
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    member = json.loads((folder / "0" / "summary.json").read_text())
     if path == "profile=on":
         run, proc = profiled_smoke
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -330,15 +471,15 @@ def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_r
         reasons = {e["step"]: e["reason"] for e in got["excluded"]}
         # MaxText traces steps 3..5: starting the trace falls in step 3, stopping it in step 6.
         assert reasons.get(3) == reasons.get(6) == "profile window edge", reasons
+        against = [plain, member]
     else:
-        folder, proc = smoke_sweep
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        got = json.loads((folder / "0" / "summary.json").read_text())
+        got, against = member, [plain]
     print(f"\n{path}: {got['tokens_per_s_per_device']:.1f} tokens/s over {got['counted_steps']}; plain "
-          f"{plain['tokens_per_s_per_device']:.1f} over {plain['counted_steps']}")  # fmt: skip
+          f"{plain['tokens_per_s_per_device']:.1f} over {plain['counted_steps']}; sweep run 0 "
+          f"{member['tokens_per_s_per_device']:.1f} over {member['counted_steps']}")  # fmt: skip
     assert got["missing_steps"] == [] and got["steps"] == 10
-    ratio = got["tokens_per_s_per_device"] / plain["tokens_per_s_per_device"]
-    assert 1 / RATIO <= ratio <= RATIO, ratio
+    ratios = [got["tokens_per_s_per_device"] / a["tokens_per_s_per_device"] for a in against]
+    assert any(1 / RATIO <= r <= RATIO for r in ratios), ratios
 
 
 @pytest.mark.integration
@@ -354,20 +495,11 @@ def test_two_processes_stopped_during_a_save_resume_with_every_step_once(tmp_pat
     command = ["train", "experiment=smoke", *TWO_PROCESS_OVERRIDES, "cluster.processes_per_node=2",
                "checkpoint.every=3"]  # fmt: skip
     port = f"cluster.coordinator_port={free_port()}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moekit", *command, port, f"run.dir={run}"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    folder = run / "smoke" / "checkpoints"
-    wait_until(proc, lambda: folder.is_dir() and any(p.name.startswith("3") for p in folder.iterdir()), "saving step 3")
-    os.kill(proc.pid, signal.SIGTERM)
-    first, _ = proc.communicate(timeout=300)
+    sent = interrupt([*command, port], run, 1, Stop(SIGTERM, "during a save", save_of=3), 6, processes=2)
+    assert (sent.where, sent.replanned) == ("during a save", False), (sent, sent.output[-3000:])
+    first = sent.output
     stop = json.loads((run / "manifest.json").read_text()).get("preemption") or {}
-    assert proc.returncode == 128 + signal.SIGTERM and stop.get("checkpoint_saved"), (stop, first[-3000:])
+    assert sent.returncode == 128 + signal.SIGTERM and stop.get("checkpoint_saved"), (stop, first[-3000:])
     again = moekit(*command, f"cluster.coordinator_port={free_port()}", f"run.dir={run}")
     assert again.returncode == 0, again.stderr[-3000:] + again.stdout[-2000:]
     print(f"\n2 processes, SIGTERM during the save of step 3: {stop}")
@@ -404,14 +536,17 @@ def _two_command() -> list[str]:
 @pytest.fixture(scope="module")
 def two_chain(tmp_path_factory) -> tuple[Path, list[Stop], subprocess.CompletedProcess]:
     run = tmp_path_factory.mktemp("integrity") / "two_chain"
-    stops = []
-    for n, stop in enumerate(TWO_CHAIN, 1):
-        stops.append(interrupt(_two_command(), run, n, dataclasses.replace(stop), 6, processes=2))
+    stops, unplaced = [], []
+    for n, stop in enumerate(TWO_CHAIN, 1):  # 6 steps leave no room to place a stop again: each attempt has one go
+        got = interrupt(_two_command(), run, n, dataclasses.replace(stop), 6, processes=2)
+        stops.append(got)
+        if got.replanned:
+            unplaced.append(stop)
     began = time.monotonic()
     last = moekit(*_two_command(), f"run.dir={run}")  # to the end
-    print(f"attempt {len(TWO_CHAIN) + 1}: to the end ({time.monotonic() - began:.0f} s)")
+    print(f"attempt {len(stops) + 1}: to the end ({time.monotonic() - began:.0f} s)")
     assert last.returncode == 0, (last.stdout + last.stderr)[-3000:]
-    return run, stops, last
+    return run, stops, last, unplaced
 
 
 @pytest.mark.integration
@@ -422,7 +557,8 @@ def test_two_processes_stopped_five_ways_resume_with_every_step_once(local_two_p
     every step once, with the uninterrupted 2-process run's losses."""
     ref_dir, ref = local_two_process_run
     assert ref.returncode == 0, ref.stderr[-2000:]
-    run, stops, last = two_chain
+    run, stops, last, unplaced = two_chain
+    assert not unplaced, f"went past the point of {[(s.how, s.meant) for s in unplaced]}"
     attempts = check_stops(run, stops)
     stop, sent = attempts[-2]["preemption"], stops[-1]
     # The workers save again at a later step boundary, unless the save was already the last step's (the steps

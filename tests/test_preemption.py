@@ -17,7 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, live_workers, moekit, recorded_steps, start_moekit, wait_until
+from conftest import (
+    free_port,
+    frozen,
+    hold_steps_until_stopped,
+    live_workers,
+    moekit,
+    pending,
+    recorded_steps,
+    start_moekit,
+    wait_until,
+)
 from moekit.observe.runs import events
 from moekit.run import preemption, watchdog
 
@@ -130,13 +140,20 @@ def wait_for_step(proc: subprocess.Popen, metrics: Path, step: int, timeout_s: f
 
 @pytest.fixture(scope="module")
 def preempted_run(tmp_path_factory):
-    """One run sent SIGTERM after step 5, then relaunched with the same command."""
+    """One run sent SIGTERM once step 5 has its record, then relaunched with the same command. The signal is sent
+    while the worker is frozen (conftest.frozen) and reaches it before it goes on, so `seen` is the step the run
+    had recorded when the notice came, however slow the machine."""
     run = tmp_path_factory.mktemp("preempt") / "run"
     proc = start_moekit(PREEMPT, run)
     wait_for_step(proc, run / "metrics.jsonl", 5)
-    at = time.monotonic()
-    seen = max(recorded_steps(run / "metrics.jsonl"))
-    os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
+    pids = live_workers(run)
+    with frozen(pids.values()):
+        at = time.monotonic()
+        seen = max(recorded_steps(run / "metrics.jsonl"))
+        os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
+        passed_on = lambda: all(pending(p, signal.SIGTERM) for p in pids.values())  # noqa: E731
+        wait_until(proc, passed_on, "moekit passing SIGTERM on", timeout_s=60)
+    hold_steps_until_stopped(proc, pids.values(), run / "events.jsonl")
     out, _ = proc.communicate(timeout=300)
     exit_s = time.monotonic() - at
     first = json.loads((run / "manifest.json").read_text())

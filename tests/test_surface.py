@@ -73,5 +73,17 @@ def test_the_contract_names_of_the_design_are_in_it():
     assert {"model.num_experts", "train.steps", "run.dir", "maxtext.extra", "cluster.nodes"} <= set(got["config_keys"])
     train = got["commands"]["train"]
     assert ["--dry-run"] in train["options"] and ["--format"] in train["options"]
-    commands = {"train", "render", "plan", "report", "verify", "tune", "bench", "config", "data", "fabric", "checkpoint"}
+    commands = {
+        "train",
+        "render",
+        "plan",
+        "report",
+        "verify",
+        "tune",
+        "bench",
+        "config",
+        "data",
+        "fabric",
+        "checkpoint",
+    }
     assert commands == set(got["commands"])
