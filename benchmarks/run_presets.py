@@ -451,7 +451,7 @@ def main() -> int:
     p.add_argument("--record", type=Path, nargs="+", help="presets.json file(s) of one session to render into --doc")
     p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
     p.add_argument("--section", default="", help="with --record: fill the presets table of this name, not the main one")
-    p.add_argument("--device", default=DEVICE, help=f"with --record: the card ({", ".join(DATASHEETS)})")
+    p.add_argument("--device", default=DEVICE, help=f"with --record: the card ({', '.join(DATASHEETS)})")
     a = p.parse_args()
     if a.record:
         record(a.record, a.doc, a.section, a.device)

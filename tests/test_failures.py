@@ -157,6 +157,27 @@ def test_classify(case, code, tail, expected):
     assert got.doc.startswith("docs/troubleshooting.md#")
 
 
+# What MaxText 0.2.5 printed when TE refused an FP8 GEMM at compile (mixtral proxy, one H100, 2026-12-05), shortened.
+CHAINED = """Traceback (most recent call last):
+  File "/tmp/site/transformer_engine/jax/cpp_extensions/gemm.py", line 400, in assert_cublas_requirements
+    raise ValueError(
+ValueError: cuBLAS GEMM LHS tensor's contracting dimension must be a multiple of 16 when using quantized inputs.
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "/usr/lib/python3.12/contextlib.py", line 194, in __exit__
+    raise RuntimeError("generator didn't stop after throw()")
+RuntimeError: generator didn't stop after throw()"""
+
+
+def test_an_error_names_the_first_exception_of_a_chain():
+    got = failures.classify(1, CHAINED)
+    assert got.name == "error"
+    assert got.evidence.startswith("ValueError: cuBLAS GEMM LHS tensor's contracting dimension must be a multiple")
+    assert got.evidence.endswith("(then: RuntimeError: generator didn't stop after throw())")
+
+
 def test_disk_full_is_found_anywhere_in_the_log(tmp_path):
     """The failed write of a checkpoint lies far above the traceback it causes at shutdown; the OOM-looking line
     is disk-full evidence, and the log is streamed from its file."""

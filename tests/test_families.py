@@ -14,6 +14,7 @@ import yaml
 from conftest import REPO, compose, losses, moekit
 from moekit.base.maxtext_files import model_values
 from moekit.config.checks import problems
+from moekit.config.checks.compute import QUANTIZED_MULTIPLE
 from moekit.config.compose import group_options
 from moekit.config.families import FAMILIES
 from moekit.config.schema import DecoderBlock
@@ -28,6 +29,10 @@ LADDER = group_options("ladder")
 TE_RUNG = "5_nccl_ep"  # the ladder's rung onto TE's MoE block (moe=te), which some families cannot run
 # Each family's layout experiments -> the rungs moekit refuses, with the reason its row gives (config/families.py).
 LAYOUTS = {e: ({TE_RUNG: f.te_moe_block} if f.te_moe_block else {}) for f in FAMILIES.values() for e in f.layouts}
+# ... and the low-precision rungs before TE's block where the router's quantized GEMM cannot compile (too few experts).
+for _e, _refused in LAYOUTS.items():
+    if compose(_e).model.num_experts % QUANTIZED_MULTIPLE:
+        _refused |= {r: "quantizes the router's GEMM" for r in LADDER if "3" <= r[0] < TE_RUNG[0]}
 TINY = [f.tiny for f in FAMILIES.values()]
 
 

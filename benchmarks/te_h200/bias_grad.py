@@ -33,8 +33,20 @@ def main() -> None:
         grad = jax.jit(jax.grad(lambda b, i, f=rows_of: jnp.sum((f(b, i) * upstream).astype(jnp.float32))))
         seconds = median_seconds(grad, table, index)
         grads[name] = grad(table, index).astype(jnp.float32)
-        print(json.dumps({"way": name, "rows": rows, "experts": experts, "width": width, "ms": round(seconds * 1e3, 3),
-                          "device": str(jax.devices()[0].device_kind), "jax": jax.__version__}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "way": name,
+                    "rows": rows,
+                    "experts": experts,
+                    "width": width,
+                    "ms": round(seconds * 1e3, 3),
+                    "device": str(jax.devices()[0].device_kind),
+                    "jax": jax.__version__,
+                }
+            ),
+            flush=True,
+        )
     a, b = grads.values()
     print(json.dumps({"max_abs_diff": float(jnp.max(jnp.abs(a - b))), "max_abs": float(jnp.max(jnp.abs(a)))}))
 

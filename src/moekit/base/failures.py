@@ -251,7 +251,24 @@ def classify(returncode: int, log: str | Iterable[str], tail_lines: int = TAIL_L
     if sig is not None and sig != signal.SIGABRT:
         return Failure(KILLED.name, KILLED.title, returncode, f"terminated by {_signal_name(sig)}")
     last = next((ln.strip() for ln in reversed(tail) if ln.strip()), f"exit status {returncode}")
-    return Failure(OTHER.name, OTHER.title, returncode, last[:300])
+    root = _root_cause(tail)
+    evidence = f"{root} (then: {last})" if root and root != last else last
+    return Failure(OTHER.name, OTHER.title, returncode, evidence[:300])
+
+
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def _root_cause(lines: Iterable[str]) -> str | None:
+    """The exception line that ended the first of chained tracebacks: Python prints the cause first, and the last
+    line (often a context manager's "generator didn't stop after throw()") hides it."""
+    previous = ""
+    for line in lines:
+        if line.startswith(_CHAINED) and previous:
+            return previous
+        if line.strip():
+            previous = line.strip()
+    return None
 
 
 def unfinished(lines: Iterable[str], last: int | None, steps: int, recorded: bool) -> Failure | None:

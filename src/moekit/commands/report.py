@@ -64,4 +64,3 @@ def run(args: argparse.Namespace) -> int:
     print(shown)
     print(f"moekit: wrote {path}" + (f" and {', '.join(pngs)}" if pngs else ""))
     return 0
-
