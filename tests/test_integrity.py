@@ -429,9 +429,11 @@ def test_resumed_run_measures_what_an_uninterrupted_run_measures(reference, chai
     ratio = min(ratios, key=lambda x: max(x, 1 / x))
     assert 1 / RATIO <= ratio <= RATIO, ratios
     reasons = {e["step"]: e["reason"] for e in got["excluded"]}
-    # Each attempt's first step is left out; so is the save of step 0 (paid by step 1 in the first attempt).
+    # Each attempt's first step is left out; so is step 1 of the first attempt, which pays the save of step 0 and,
+    # when XLA compiles again there (the events record it), is left out as a compile: both reasons are right.
     firsts = sorted({int(r["step"]) for r in _first_of_each_attempt(run)})
-    assert all(reasons.get(s) == "attempt start" for s in firsts) and reasons.get(1) == "checkpoint save", reasons
+    assert all(reasons.get(s) == "attempt start" for s in firsts), reasons
+    assert reasons.get(1) in ("checkpoint save", "compile"), reasons
     # `moekit report` recomputes the same figures from the run directory, also after it was moved.
     moved = run.parent / "moved"
     import shutil
@@ -440,8 +442,13 @@ def test_resumed_run_measures_what_an_uninterrupted_run_measures(reference, chai
     baseline = (reference, reference_after)[ratios.index(ratio)]
     proc = moekit("report", str(baseline), str(moved), "--out", str(run.parent / "report"))
     assert proc.returncode == 0, proc.stderr
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| ") and "moved" in ln and "x |" in ln)
-    assert f"{ratio:.2f}x" in line, line
+    line = next(
+        ln
+        for ln in proc.stdout.splitlines()
+        if ln.startswith("| ") and "moved" in ln and ("ratio" in ln or "x |" in ln)
+    )
+    # A speed-up, or its ratio where the runs' spread or host load rules it out (observe/reports/comparable.py).
+    assert f"{ratio:.2f}x" in line or f"ratio {ratio:.2f}" in line, line
 
 
 def _plain(smoke_run) -> dict:
