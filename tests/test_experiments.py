@@ -116,6 +116,19 @@ def plans(experiment: str, _) -> None:
     assert all(c["ici_gb"] >= 0 and c["dcn_gb"] >= 0 for c in out["communication"])
 
 
+def forecasts(experiment: str, _) -> None:
+    """A GPU experiment has a forecast with a band inside the hardware's peak (docs/plan.md, "Forecast")."""
+    from moekit.plan import forecast, tables
+
+    cfg, table = compose(experiment), tables.data("forecast.yaml")
+    if cfg.hardware.name not in table["hardware"]:
+        assert cfg.hardware.platform == "cpu"
+        return
+    f = forecast.forecast(tables.setup_of(cfg), forecast.params_from(table)).to_dict()
+    assert 0 < f["low"] <= f["tflops_per_device"] <= f["high"] < cfg.hardware.peak_tflops.fp8
+    assert all(p["seconds"] >= 0 for p in f["parts"])
+
+
 STEPS: dict[str, Callable[[str, pytest.FixtureRequest], None]] = {
     "composes": composes,
     "checks": checks,
@@ -125,6 +138,7 @@ STEPS: dict[str, Callable[[str, pytest.FixtureRequest], None]] = {
     "compose": renders_compose,
     "slurm": renders_slurm,
     "plans": plans,
+    "forecasts": forecasts,
 }
 TABLE = [(e, s) for e in EXPERIMENTS for s in STEPS]
 

@@ -65,7 +65,8 @@ def test_the_adapting_guide_has_a_line_per_family():
 
 
 def test_no_module_tells_families_apart_by_name():
-    assert compared(FAMILIES, ["config/families.py"]) == []
+    # config/architecture.py reads each family's keys into one vocabulary: the per-family reading is what it is for.
+    assert compared(FAMILIES, ["config/families.py", "config/architecture.py"]) == []
 
 
 # ---- model options say what MaxText's model files say ----

@@ -304,9 +304,15 @@ def check_stops(run: Path, stops: list[Stop]) -> list[dict]:
     for a in attempts:
         print(f"\nattempt {a['attempt']}: {a['status']}, {a.get('preemption') or a.get('failure')}")
     assert [(s.how, s.where) for s in stops] == [(s.how, s.meant) for s in stops], [s.output[-1500:] for s in stops]
-    assert len(attempts) == len(stops) + 1 and attempts[-1]["status"] == "ok", attempts
-    for n, (stop, this, following) in enumerate(zip(stops, attempts, attempts[1:], strict=False), 1):
-        if stop.how == SIGTERM:
+    # A SIGTERM that came once the last step had run leaves a finished run (its stop kept on the attempt's record).
+    late = (
+        bool(stops) and stops[-1].how == SIGTERM and (attempts[-1].get("preemption") or {}).get("after_the_last_step")
+    )
+    assert len(attempts) == len(stops) + (0 if late else 1) and attempts[-1]["status"] == "ok", attempts
+    for n, (stop, this, following) in enumerate(zip(stops, attempts, [*attempts[1:], None], strict=False), 1):
+        if stop.how == SIGTERM and following is None:
+            assert late and this["status"] == "ok", (n, this)
+        elif stop.how == SIGTERM:
             p = this.get("preemption") or {}
             assert this["status"] == "preempted" and p["checkpoint_saved"], (n, this)
             assert p["steps_lost"] == 0 and p["last_step"] == p["checkpoint_step"], (n, p)  # counted from records
@@ -451,12 +457,18 @@ def test_resumed_run_measures_what_an_uninterrupted_run_measures(reference, chai
     assert f"{ratio:.2f}x" in line or f"ratio {ratio:.2f}" in line, line
 
 
-def _plain(smoke_run) -> dict:
-    """The plain run's summary (test_train_cpu adds a 2-step run under the same base directory: not that one)."""
+def _plain(smoke_run) -> tuple[dict, Path]:
+    """The plain run's summary and directory (test_train_cpu adds a 2-step run under the same base directory: not
+    that one)."""
     base, proc = smoke_run
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
-    found = [json.loads((p / "summary.json").read_text()) for p in (base / "smoke").iterdir()]
-    return next(s for s in found if s["steps"] == 10)
+    found = [(json.loads((p / "summary.json").read_text()), p) for p in (base / "smoke").iterdir()]
+    return next((s, p) for s, p in found if s["steps"] == 10)
+
+
+def _others_share(run: Path) -> float | None:
+    """The share of the host's CPU other processes took during the run (its manifest's host_load)."""
+    return (json.loads((run / "manifest.json").read_text()).get("host_load") or {}).get("others_share")
 
 
 @pytest.mark.integration
@@ -467,7 +479,7 @@ def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_r
     counts 3 steps at one moment of a shared CPU whose load drifts between minutes: it is held against both plain
     measures of the session (the plain run, the sweep's run 0, made at other moments) and must be within RATIO of
     one of them, as the resumed run above is bracketed by two references."""
-    plain = _plain(smoke_run)
+    plain, plain_dir = _plain(smoke_run)
     folder, sweep = smoke_sweep
     assert sweep.returncode == 0, sweep.stderr[-3000:]
     member = json.loads((folder / "0" / "summary.json").read_text())
@@ -478,15 +490,23 @@ def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_r
         reasons = {e["step"]: e["reason"] for e in got["excluded"]}
         # MaxText traces steps 3..5: starting the trace falls in step 3, stopping it in step 6.
         assert reasons.get(3) == reasons.get(6) == "profile window edge", reasons
-        against = [plain, member]
+        against, dirs = [plain, member], [plain_dir, folder / "0"]
     else:
-        got, against = member, [plain]
+        run, got, against, dirs = folder / "0", member, [plain], [plain_dir]
     print(f"\n{path}: {got['tokens_per_s_per_device']:.1f} tokens/s over {got['counted_steps']}; plain "
           f"{plain['tokens_per_s_per_device']:.1f} over {plain['counted_steps']}; sweep run 0 "
           f"{member['tokens_per_s_per_device']:.1f} over {member['counted_steps']}")  # fmt: skip
     assert got["missing_steps"] == [] and got["steps"] == 10
-    ratios = [got["tokens_per_s_per_device"] / a["tokens_per_s_per_device"] for a in against]
-    assert any(1 / RATIO <= r <= RATIO for r in ratios), ratios
+    # Only a reference measured under like host load says what this run should measure (the rule of `moekit
+    # report`, observe/reports/comparable.py): another test's processes beside one of them move its rate.
+    from moekit.observe.reports.comparable import LOAD_GAP
+
+    mine = _others_share(run)
+    alike = [a for a, d in zip(against, dirs, strict=True) if abs(_others_share(d) - mine) <= LOAD_GAP]
+    shares = [round(_others_share(d), 2) for d in dirs]
+    print(f"others' share of the CPU: this run {mine:.2f}, the references {shares}")
+    ratios = [got["tokens_per_s_per_device"] / a["tokens_per_s_per_device"] for a in alike]
+    assert not alike or any(1 / RATIO <= r <= RATIO for r in ratios), (ratios, mine, shares)
 
 
 @pytest.mark.integration
@@ -549,6 +569,9 @@ def two_chain(tmp_path_factory) -> tuple[Path, list[Stop], subprocess.CompletedP
         stops.append(got)
         if got.replanned:
             unplaced.append(stop)
+    # A SIGTERM right after the save of the last step (5) may come once that step ran: the run is then finished.
+    if json.loads((run / "manifest.json").read_text()).get("status") == "ok":
+        return run, stops, None, unplaced
     began = time.monotonic()
     last = moekit(*_two_command(), f"run.dir={run}")  # to the end
     print(f"attempt {len(stops) + 1}: to the end ({time.monotonic() - began:.0f} s)")
@@ -567,12 +590,13 @@ def test_two_processes_stopped_five_ways_resume_with_every_step_once(local_two_p
     run, stops, last, unplaced = two_chain
     assert not unplaced, f"went past the point of {[(s.how, s.meant) for s in unplaced]}"
     attempts = check_stops(run, stops)
-    stop, sent = attempts[-2]["preemption"], stops[-1]
+    stop, sent = attempts[-1 if last is None else -2]["preemption"], stops[-1]
     # The workers save again at a later step boundary, unless the save was already the last step's (the steps
     # after a periodic save are dispatched faster than the preemption sync lands: mostly it saves at step 5).
-    assert stop["checkpoint_step"] > sent.save or sent.save == 5, (stop, sent)
-    # The stop landed in the last step's save: then the relaunch trains nothing.
-    assert ("nothing left to train" in last.stdout) == (stop["checkpoint_step"] == 5), last.stdout[-2000:]
+    assert last is None or stop["checkpoint_step"] > sent.save or sent.save == 5, (stop, sent)
+    # The stop landed in the last step's save: then the run is finished, or its relaunch trains nothing.
+    if last is not None:
+        assert ("nothing left to train" in last.stdout) == (stop["checkpoint_step"] == 5), last.stdout[-2000:]
     for name in ("metrics.jsonl", "metrics.1.jsonl"):
         assert recorded_steps(run / name) == list(range(6)), name
         records_reconciled(run, 6, name)

@@ -115,9 +115,9 @@ def test_a_candidate_of_another_model_is_refused_before_any_run(tmp_path):
 @pytest.mark.integration
 def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path):
     """Real CPU trainings: the base (also the loss reference), an equivalent path, a learning rate 1000x
-    larger (trains, but its losses leave the reference's), a key MaxText rejects and hardware this host lacks
-    (moekit train refuses both before launching: MaxText's validator and the GPU probe). Then the printed
-    instructions, run as printed."""
+    larger (trains, but its losses leave the reference's), a key MaxText rejects and data files this host lacks
+    (moekit train refuses both before launching: MaxText's validator and the data probe). Then the printed
+    instructions, run as printed. (Other hardware is another setup: tune refuses it before anything runs.)"""
     conf = tmp_path / "conf"  # the printed `cp` installs the preset here, not in this checkout
     shutil.copytree(REPO / "conf", conf)
     env = {"MOEKIT_CONF_DIR": str(conf), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -127,7 +127,7 @@ def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path
         "--candidate", "moe=dense",
         "--candidate", "train.learning_rate=0.03",
         "--candidate", "maxtext.extra.no_such_maxtext_key=1",
-        "--candidate", "hardware=h200",
+        "--candidate", "data=grain data.files=/nonexistent/*.arrayrecord",
         "--name", "smoke_tuned", "--out", str(tmp_path / "tune"), "--timeout-s", "400",
         env=env, timeout=1500,
     )  # fmt: skip
@@ -138,17 +138,18 @@ def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path
     by = {tuning.label(r["overrides"][len(base) :]): r for r in record["runs"] if r["role"] != "reference"}
     assert by["(base)"]["accepted"] and by["moe=dense"]["accepted"]
     assert by["train.learning_rate=0.03"]["status"] == "ok" and not by["train.learning_rate=0.03"]["accepted"]
-    bad_key, no_gpu = by["maxtext.extra.no_such_maxtext_key=1"], by["hardware=h200"]
+    bad_key = by["maxtext.extra.no_such_maxtext_key=1"]
+    no_data = by["data=grain data.files=/nonexistent/*.arrayrecord"]
     assert bad_key["status"] == "failed" and bad_key["failure"]["class"] == "refused"
     assert "MaxText has no key 'no_such_maxtext_key'" in bad_key["failure"]["evidence"]
-    assert no_gpu["status"] == "failed" and no_gpu["failure"]["class"] == "refused"
-    assert "hardware=h200: needs NVIDIA GPUs" in no_gpu["failure"]["evidence"]
+    assert no_data["status"] == "failed" and no_data["failure"]["class"] == "refused"
+    assert "data.files: no file matches '/nonexistent/*.arrayrecord'" in no_data["failure"]["evidence"]
     # The table names each failure's class; the lines below it give the evidence.
     row = next(
-        line for line in proc.stdout.splitlines() if "`experiment=smoke precision=fp32 train.steps=8 hardware" in line
+        line for line in proc.stdout.splitlines() if "`experiment=smoke precision=fp32 train.steps=8 data=grain" in line
     )
     assert "| failed | refused before launch |" in row
-    assert "evidence: [GPUs] hardware=h200: needs NVIDIA GPUs" in proc.stdout
+    assert "evidence: [data] data.files: no file matches" in proc.stdout
     assert f"evidence: {bad_key['failure']['evidence']}" in proc.stdout
     assert record["winner"] in (by["(base)"]["overrides"], by["moe=dense"]["overrides"])
     preset = yaml.safe_load((out / "smoke_tuned.yaml").read_text())

@@ -67,7 +67,7 @@ def read(folder: Path) -> HfCheckpoint:
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"{folder}: no config.json (a local Hugging Face checkpoint folder is expected)")
     config = json.loads((folder / "config.json").read_text(encoding="utf8"))
-    config = config.get("text_config", config) if config.get("model_type") == "llama4" else config
+    config = config.get("text_config", config)  # a multimodal checkpoint (Llama 4) nests its text model's config
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise CheckpointError(f"{folder}: no *.safetensors files (moekit imports safetensors only)")

@@ -51,6 +51,9 @@ class Backend:
     """On a GPU it runs a TPU kernel in interpret mode (pathologically slow): refused unless moe.force."""
     gpu_fp32: bool = True
     """False: its GPU kernel takes bf16/fp16 inputs only (precision=fp32 is refused on GPU)."""
+    te_experts: bool = False
+    """Its expert GEMMs run in TransformerEngine (its block, or its grouped GEMM through the hook): they take
+    precision's low-precision format unless moe.expert_precision keeps them in bf16."""
 
     def hook_module(self, part: str) -> str:
         """The module of the back end's own package that does `part` (job_env, hook, preflight)."""
@@ -75,6 +78,7 @@ BACKENDS: dict[str, Backend] = {
             maxtext={"sparse_matmul": True, "megablox": False, "te_moe_block": True, "prefuse_moe_weights": True},
             grouped=False,
             te_block=True,
+            te_experts=True,
             platforms=("gpu",),
             min_sm=90,
             packages=("transformer_engine",),
@@ -92,6 +96,7 @@ BACKENDS: dict[str, Backend] = {
             install="run in moekit's image (its NGC JAX base ships TE), install TE for JAX (transformer-engine[jax]; "
             "no NCCL EP needed), or use moe=tokamax",
             hook="te_gmm",
+            te_experts=True,
             pinned={**_RAGGED_DOT, "te_moe_block": False},
         ),
         Backend(

@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from moekit.config.backends import BACKENDS
 from moekit.plan import memory, network
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims, dtype_bytes
 
 LOW_PRECISION = ("fp8", "mxfp8")
-SPARSE = ("te_gmm", "te", "tokamax", "ragged_dot", "megablox")
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +143,7 @@ class Forecast:
 
     @property
     def step_s(self) -> float:
+        """The forecast step time: the sum of its parts' seconds."""
         return sum(p.seconds for p in self.parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,8 +208,9 @@ def work(d: Dims, values: Mapping[str, Any], backend: str) -> Work:
     if d.experts > 1:
         shared = d.moe_layers * 2 * t * d.shared * d.mlp_params(d.moe_mlp)
         router = d.moe_layers * 2 * t * d.emb * d.experts
-        if backend in ("dense", "capacity"):
-            rows = d.experts if backend == "dense" else d.top_k * float(values.get("capacity_factor", 1.0))
+        if not BACKENDS[backend].sparse:  # every expert on every token, or each expert on its capacity's rows
+            b = BACKENDS[backend]
+            rows = d.experts if b.dropless else d.top_k * float(values.get("capacity_factor", 1.0))
             dense_experts = d.moe_layers * 2 * t * rows * d.mlp_params(d.moe_mlp)
         else:
             routed = d.moe_layers * 2 * t * d.top_k * d.mlp_params(d.moe_mlp)
@@ -335,7 +337,7 @@ def evaluate(su: Setup, p: Callable[[str], float], src: Callable[[str], str] | N
         m = rows_per_expert(d, mesh)
         tile = _tile(m, p("gemm.tile_rows")) / _tile(p("gemm.ref_rows"), p("gemm.tile_rows"))
         eff = p(f"eff.grouped.{su.backend}") * tile
-        expert_low = low and su.expert_precision != "bf16" and su.backend in ("te", "te_gmm")
+        expert_low = low and su.expert_precision != "bf16" and BACKENDS[su.backend].te_experts
         how = f"{3 * w.grouped / 1e12:.4g} TFLOP, {m:,.0f} rows per local expert"
         if expert_low:
             rows = d.tokens * d.top_k
@@ -368,7 +370,7 @@ def evaluate(su: Setup, p: Callable[[str], float], src: Callable[[str], str] | N
     # other compute (memory-bound): elementwise work per layer, dispatch/combine, optimizer, expert-bias scatter
     elem = d.layers * d.tokens * d.emb * p("other.s_per_elem") * bw_ref / bw
     perm = 0.0
-    if d.experts > 1 and su.backend in SPARSE:
+    if d.experts > 1 and BACKENDS[su.backend].sparse:
         perm = d.moe_layers * d.tokens * d.top_k * d.emb * p("other.permute_s_per_elem") * bw_ref / bw
     wb = dtype_bytes(v.get("weight_dtype", "float32"))
     mu = dtype_bytes(v.get("mu_dtype") or v.get("weight_dtype", "float32"))
@@ -376,7 +378,9 @@ def evaluate(su: Setup, p: Callable[[str], float], src: Callable[[str], str] | N
     local += d.other_params() / (mesh.size("fsdp") * mesh.size("expert") * mesh.size("tensor"))
     opt = local * (4 * wb + 2 * mu + wb) / bw
     bias = 0.0
-    if v.get("mlp_bias") and d.experts > 1 and su.backend in ("tokamax", "ragged_dot", "megablox"):
+    # Grouped back ends without a hook scatter the expert biases' gradient (te_gmm's hook: a matmul, te_gmm/bias.py)
+    b = BACKENDS[su.backend]
+    if v.get("mlp_bias") and d.experts > 1 and b.grouped and b.hook is None:
         bias = d.moe_layers * d.tokens * d.top_k * (2 * d.moe_mlp + d.emb) * p("bias.scatter_s_per_elem")
     compute = sum(x.seconds for x in parts) + elem + perm + opt + bias
     idle = compute * p("other.idle_fraction")

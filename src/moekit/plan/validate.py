@@ -44,6 +44,7 @@ class Row:
 
     @property
     def inside(self) -> bool:
+        """Whether the measured or published value lies within the forecast's band."""
         return self.low <= self.measured <= self.high
 
 
