@@ -147,14 +147,16 @@ def table(results: dict, device: str = run_presets.DEVICE) -> str:
         checks, base = run_presets.loss_checks(res), res["presets"].get(res["reference"], {})
         for name, r in res["presets"].items():
             ov = " ".join(o for o in r["overrides"] if not o.startswith(("experiment=", "train.steps=")))
-            status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('error', '')[:80]}"
+            status = (
+                r["status"] if r["status"] == "ok" else run_presets.cell(f"{r['status']}: {r.get('error', '')[:80]}")
+            )
             # Only between runs of the same tokens per step (the family's proxy fixes the model); else why not.
             same = r.get("batch") is not None and r.get("batch") == base.get("batch")
             tok, base_tok = r.get("tokens_per_s_per_device"), base.get("tokens_per_s_per_device")
             speed = f"{tok / base_tok:.2f}x" if same and tok and base_tok else "-"
             speed = speed if same else "n/a (other tokens/step)"
             lines.append(
-                f"| {family} | `{res['experiment']}` | {name} | `{ov or '-'}` | {status} "
+                f"| {family} | `{res['experiment']}` | {name} | `{run_presets.cell(ov, code=True) or '-'}` | {status} "
                 f"| {f(r.get('step_time_s'), '.3f')} | {f(r.get('tflops_per_device'), '.1f')} "
                 f"| {f(r.get('mfu_bf16'), '.1%')} | {speed} | {checks[name]} |"
             )

@@ -204,8 +204,13 @@ def breakdown_record(run_dir: Path, baseline: dict | None) -> dict:
     mean = prof.get("mean") or {}
     untraced = (prof.get("maxtext_step_time") or {}).get("untraced_median_s")
     base = (baseline or {}).get("step_time_s")
+    provenance = prof.get("provenance") or {}
     return {
-        "hardware": (prof.get("provenance") or {}).get("hardware"),
+        "hardware": provenance.get("hardware"),
+        # A profiled run with no untraced steady steps has no step-time number, so its record has no versions or
+        # date (moekit.series.trial): the breakdown keeps its own, for the table's provenance.
+        "date": provenance.get("date"),
+        "versions": provenance.get("versions"),
         "traced_step_ms": round(mean.get("window_s", 0.0) * 1e3, 2),
         "buckets_ms": {b: round(v * 1e3, 2) for b, v in (mean.get("buckets_s") or {}).items()},
         "idle_ms": round(mean.get("idle_s", 0.0) * 1e3, 2),
@@ -356,14 +361,19 @@ def profile_table(results: dict | list[dict], device: str = DEVICE) -> str:
         return ""
     used = [(b, label) for b, label, _ in BUCKETS if any(r["profile"]["buckets_ms"].get(b) for r in profiled.values())]
     any_ok = next(iter(profiled.values()))
-    v = any_ok.get("versions") or {}
+    v = any_ok.get("versions") or any_ok["profile"].get("versions") or {}
+    date = any_ok.get("date") or any_ok["profile"].get("date") or runs[0].get("started", "?")[:10]
     what = "<proxy>" if several else runs[0]["experiment"]
+    versions = (
+        f"jax {v.get('jax')}, maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}"
+        f"{', transformer-engine ' + v['transformer-engine'] if v.get('transformer-engine') else ''}"
+        if v
+        else "versions not in these records: see the runs' profile.json"
+    )
     lines = [
-        f"Measured {any_ok.get('date', '?')} on one {device} with hardware={any_ok['profile'].get('hardware')} "
-        f"({(any_ok.get('versions') or {}).get('host', '?')}), `moekit train "
-        f"experiment={what} profile=on` + the preset's overrides (jax {v.get('jax')}, maxtext "
-        f"{v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit {v.get('moekit')}"
-        f"{', transformer-engine ' + v['transformer-engine'] if v.get('transformer-engine') else ''}): the mean "
+        f"Measured {date} on one {device} with hardware={any_ok['profile'].get('hardware')}"
+        f"{' (' + v['host'] + ')' if v.get('host') else ''}, `moekit train "
+        f"experiment={what} profile=on` + the preset's overrides ({versions}): the mean "
         "traced step over the run's traced steps, from its profile.json (docs/profiling.md). ms (share of the step). "
         "Overhead: median of the profiled run's untraced steady steps against the untraced baseline run's median, "
         "same batch.",

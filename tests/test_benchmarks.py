@@ -83,3 +83,24 @@ def test_the_fp8_text_rows_are_twins_on_the_stdlib_corpus_and_the_table_applies_
     }
     gap = next(line for line in run_presets.table(results).splitlines() if line.startswith("- `te_gmm_fp8_text`"))
     assert "mean relative gap over steps 8..9 +2.00% (**misses** |gap| <= 1%)" in gap
+
+
+def test_a_breakdown_without_a_step_time_takes_its_provenance_from_the_profile():
+    # A profiled run whose steps were all traced has no step-time number, so its record holds no versions or date:
+    # the breakdown's own provenance (from profile.json), else the batch's start date, names them.
+    profile = {
+        "hardware": "h200",
+        "traced_step_ms": 300.0,
+        "buckets_ms": {"grouped_gemm": 100.0},
+        "idle_ms": 20.0,
+        "communication_share_of_kernel_time": 0.0,
+        "collective_hidden_share": None,
+        "segmentation": ["whole window"],
+    }
+    row = {"overrides": ["experiment=x"], "status": "ok", "profile": profile}
+    results = {"experiment": "qwen3_235b_proxy_h200", "started": "2026-12-05T09:07:42+00:00", "presets": {"p": row}}
+    text = run_presets.profile_table(results, "NVIDIA H100 80GB HBM3")
+    assert "Measured 2026-12-05 on one NVIDIA H100 80GB HBM3" in text and "versions not in these records" in text
+    row["profile"] |= {"date": "2026-12-04", "versions": {"jax": "0.11.2", "maxtext": "0.2.5", "host": "vm"}}
+    text = run_presets.profile_table(results, "NVIDIA H100 80GB HBM3")
+    assert "Measured 2026-12-04" in text and "jax 0.11.2, maxtext 0.2.5" in text and "(vm)" in text

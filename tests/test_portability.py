@@ -82,3 +82,19 @@ def test_table_speed_up_and_loss_check_against_the_family_baseline(tmp_path):
     assert "kept" in doc.read_text()  # a named section is another table
     run_portability.record([tmp_path / "p.json"], doc, "gpt_oss")
     assert "kept" not in doc.read_text() and doc.read_text().count("| qwen3 |") == 2 * len(row)
+
+
+def test_a_failed_row_whose_error_holds_a_pipe_stays_one_row_of_the_table():
+    failed = {
+        "overrides": ["experiment=x", "train.steps=3", "moe=te_gmm", "precision=fp8"],
+        "status": "failed",
+        "error": "| RuntimeError: generator didn't stop after throw()",
+        "batch": [4, 4096],
+    }
+    results = {"mixtral": {"experiment": "mixtral_8x22b_proxy_h200", "reference": "fp8", "presets": {"fp8": failed}}}
+    text = run_portability.table(results, "NVIDIA H100 80GB HBM3")
+    row = next(line for line in text.splitlines() if line.startswith("| mixtral"))
+    header = next(line for line in text.splitlines() if line.startswith("| family"))
+    assert "failed: \\| RuntimeError" in row
+    assert row.replace("\\|", "").count("|") == header.count("|")  # the escaped pipe opens no cell
+    assert "(H100 SXM datasheet)" in text and "one NVIDIA H100 80GB HBM3" in text

@@ -181,7 +181,7 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
     tune)
       # $arg: a file of `moekit tune` arguments, one per line
       mapfile -t targs < "$arg"
-      timeout -s INT ${TUNE_TIMEOUT:-480} $MOEKIT tune "${targs[@]}" --out /tmp/tune > "$OUT/tune.txt" 2>&1; log "tune rc=$?"
+      timeout -s INT "$(bound "${TUNE_TIMEOUT:-480}")" $MOEKIT tune "${targs[@]}" --out /tmp/tune > "$OUT/tune.txt" 2>&1; log "tune rc=$?"
       cp /tmp/tune/*/*/tune.json "$OUT/" 2>/dev/null; cp /tmp/tune/*/*/*.yaml "$OUT/" 2>/dev/null   # <name>/<timestamp>/
       tar czf "$OUT/tune_runs.tgz" -C /tmp tune 2>/dev/null ;;
     *) log "unknown phase $name" ;;
