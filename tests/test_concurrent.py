@@ -18,6 +18,7 @@ SMALL = ("experiment=smoke", "cluster.processes_per_node=2", "train.steps=8", "t
 
 
 @pytest.mark.integration
+@pytest.mark.soak
 def test_two_concurrent_two_process_runs(tmp_path):
     """Two 2-process runs started together (no port given) both finish with complete records, on two different
     coordinator ports, at steady speeds within 1.5x of each other (they share the host's cores evenly)."""

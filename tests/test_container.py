@@ -184,6 +184,7 @@ def test_entrypoint_names_keys_an_old_maxtext_lacks(engine, image):
 
 
 @pytest.mark.integration
+@pytest.mark.soak
 def test_two_node_compose_same_losses(engine, image, tmp_path):
     env = {"MOEKIT_IMAGE": image[0], "MOEKIT_RUNS": str(tmp_path)}
     files = ["-f", str(TWO_NODE), "-f", str(CPU_LIMITS), "-p", f"moekit-test-{tmp_path.name[-12:].lower()}"]

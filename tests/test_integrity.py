@@ -510,6 +510,7 @@ def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_r
 
 
 @pytest.mark.integration
+@pytest.mark.soak
 def test_two_processes_stopped_during_a_save_resume_with_every_step_once(tmp_path, local_two_process_run):
     """The 2-process cell: SIGTERM to moekit while the checkpoint of step 3 is being written. JAX's preemption
     service agrees on a later step boundary in both processes, they save there and stop; the relaunch finishes
@@ -580,6 +581,7 @@ def two_chain(tmp_path_factory) -> tuple[Path, list[Stop], subprocess.CompletedP
 
 
 @pytest.mark.integration
+@pytest.mark.soak
 def test_two_processes_stopped_five_ways_resume_with_every_step_once(local_two_process_run, two_chain):
     """2 processes, 6 steps, checkpoints at 0, 3 and 5: process 1 SIGKILLed while compiling (moekit stops process
     0), SIGKILL of moekit while compiling (both workers die with it), process 1 SIGKILLed during the save of step

@@ -420,6 +420,7 @@ def test_two_pods_train_with_identical_losses(golden_run):
     assert fabric["processes"] == 2 and fabric["results"] and not fabric["problems"], fabric
 
 
+@pytest.mark.soak
 def test_a_restarted_jobset_resumes_from_checkpoints_on_its_volume(golden_run, tmp_path):
     """The golden's job with checkpoints every 3 steps on a PersistentVolumeClaim (cluster.output). Pod 1's node
     is lost after the checkpoint of step 3: the JobSet restarts the group, whose pods find the run directory on
@@ -510,6 +511,7 @@ def test_a_lost_pod_ends_the_group(tmp_path):
     assert json.loads(manifest0.read_text())["failure"]["class"] == "rendezvous_timeout"
 
 
+@pytest.mark.soak
 def test_a_preempted_pod_saves_and_the_jobset_restarts_for_free(tmp_path):
     """Pod 1 is preempted after step 4: SIGTERM to its PID 1 (moekit), which passes it on; JAX's preemption
     service has both processes save at the next step and stop. Its Job fails through the DisruptionTarget

@@ -309,6 +309,7 @@ def test_gpu_scripts_pass_sbatch_test_only(slurm, tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.soak
 def test_a_requeued_job_resumes_from_its_preemption_checkpoint(slurm, tmp_path):
     """`scancel --signal=TERM` of a running job (the signal a time limit or a preemption gives the tasks): the
     worker saves at the next step and stops, the job ends FAILED with exit status 143; `scontrol requeue`
