@@ -145,7 +145,10 @@ def import_checkpoint(
     save_weights_to_checkpoint(
         str(tmp), params, 1, config.checkpoint_storage_use_ocdbt, config.checkpoint_storage_use_zarr3, config=config
     )
-    (tmp / RECORD).write_text(json.dumps(record | {"dtype": save_dtype}, indent=1, default=str), encoding="utf8")
+    (tmp / RECORD).write_text(
+        json.dumps(record | {"dtype": save_dtype, "scan_layers": bool(config.scan_layers)}, indent=1, default=str),
+        encoding="utf8",
+    )
     tmp.rename(out)
     used = {k for k in tensors}
     return Summary(
