@@ -32,33 +32,54 @@ FULL_SIZE = [
     "llama4_maverick",
 ]
 
+# Meta's Llama 4 text_config values, each with where it was checked. meta-llama's Hugging Face repositories are gated,
+# so the values are read from public copies of them and from the script that wrote them:
+#   [convert] transformers' converter that wrote Meta's config.json files (write_model: intermediate_size=8192,
+#             intermediate_size_mlp=16384, vocab_size=202048, tie_word_embeddings=False, rope_theta/norm_eps/heads/
+#             layers/experts from Meta's params.json; max_context_length: "256K for base, 1M for 128E instruct, 10M for
+#             16E instruct"): https://github.com/huggingface/transformers/blob/main/src/transformers/models/llama4/convert_llama4_weights_to_hf.py
+#   [scout]   torchprime's scaled-down copy of the base Scout config.json (widths, layers and vocabulary scaled down;
+#             it keeps max_position_embeddings 262144, rope factor 16 / low 1 / high 1, rope_theta, rms_norm_eps, silu,
+#             attention_bias false, use_qk_norm true, attn_temperature_tuning true, attention_chunk_size 8192,
+#             interleave_moe_layer_step 1, 16 experts, top-1, intermediate_size_mlp 16384):
+#             https://github.com/AI-Hypercomputer/torchprime/blob/main/torchprime/torch_xla_models/configs/model/llama-4-text-only-dummy.yaml
+#   [maverick] TensorRT-LLM's copy of the Maverick (Instruct) text_config, layers "reduced to 2 from 48" and
+#             no_rope_layer_interval changed to 2 there (hidden 5120, 40/8 heads, head_dim 128, 8192/16384, 128 experts,
+#             top-1, interleave_moe_layer_step 2, use_qk_norm false, rope_scaling null, rope_theta 500000, rms_norm_eps
+#             1e-05, vocab 202048, attention_chunk_size 8192, silu, attention_bias false):
+#             https://github.com/NVIDIA/TensorRT-LLM/blob/main/tests/unittest/_torch/modeling/test_modeling_llama_min_latency.py
 _LLAMA4_COMMON = {
     "model_type": "llama4_text",
-    "hidden_size": 5120,
-    "intermediate_size": 8192,  # each routed expert and the shared expert
-    "intermediate_size_mlp": 16384,  # the dense layers' FFN
-    "num_hidden_layers": 48,
-    "num_attention_heads": 40,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "num_experts_per_tok": 1,
-    "vocab_size": 202048,
-    "rms_norm_eps": 1e-05,
-    "hidden_act": "silu",
-    "attention_bias": False,
-    "tie_word_embeddings": False,
-    "attention_chunk_size": 8192,
-    "no_rope_layer_interval": 4,  # every 4th layer NoPE (config.json lists them as no_rope_layers)
+    "hidden_size": 5120,  # [maverick]
+    "intermediate_size": 8192,  # each routed expert and the shared expert; [convert], [maverick]
+    "intermediate_size_mlp": 16384,  # the dense layers' FFN; [convert], [scout], [maverick]
+    "num_hidden_layers": 48,  # [maverick] ("reduced to 2 layers from 48")
+    "num_attention_heads": 40,  # [maverick]
+    "num_key_value_heads": 8,  # [maverick]
+    "head_dim": 128,  # [maverick]
+    "num_experts_per_tok": 1,  # [scout], [maverick]
+    "vocab_size": 202048,  # [convert], [maverick]
+    "rms_norm_eps": 1e-05,  # [scout], [maverick]
+    "hidden_act": "silu",  # [scout], [maverick]
+    "attention_bias": False,  # [scout], [maverick]
+    "tie_word_embeddings": False,  # [convert] ("Constant set to False")
+    "attention_chunk_size": 8192,  # [scout], [maverick]
+    # Every 4th layer NoPE (config.json lists them as no_rope_layers, 1 = RoPE): [convert] takes the interval from
+    # Meta's params.json (nope_layer_interval), not seen here; [scout]'s 2 layers are both RoPE, as interval 4 gives.
+    # No public copy of the full 48-entry list was found; 4 is also transformers' default.
+    "no_rope_layer_interval": 4,
+    # [scout] true; not in [maverick]'s copy, which then loads with transformers' default, true.
     "attn_temperature_tuning": True,
-    "rope_theta": 500000.0,
+    "rope_theta": 500000.0,  # [scout], [maverick]
 }
-# Published: text_config of https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E/blob/main/config.json
+# Published: text_config of https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E/blob/main/config.json (the base
+# model; the Instruct release has max_position_embeddings 10485760, [convert]).
 LLAMA4_SCOUT = _LLAMA4_COMMON | {
-    "num_local_experts": 16,
-    "interleave_moe_layer_step": 1,
-    "use_qk_norm": True,
-    "max_position_embeddings": 10485760,
-    "rope_scaling": {
+    "num_local_experts": 16,  # [scout]
+    "interleave_moe_layer_step": 1,  # [scout]
+    "use_qk_norm": True,  # [scout]
+    "max_position_embeddings": 262144,  # [scout], [convert] (256K for a base model)
+    "rope_scaling": {  # [scout]; original_max_position_embeddings 8192: [convert]'s constant, not in [scout]'s copy
         "rope_type": "llama3",
         "factor": 16.0,
         "low_freq_factor": 1.0,
@@ -66,13 +87,15 @@ LLAMA4_SCOUT = _LLAMA4_COMMON | {
         "original_max_position_embeddings": 8192,
     },
 }
-# Published: text_config of https://huggingface.co/meta-llama/Llama-4-Maverick-17B-128E/blob/main/config.json
+# Published: text_config of https://huggingface.co/meta-llama/Llama-4-Maverick-17B-128E/blob/main/config.json (the
+# base model). No public copy of the base config.json was found: the values are [maverick]'s copy of the Instruct
+# release, except max_position_embeddings, which [convert] gives as 256K for a base model (the Instruct's 1048576).
 LLAMA4_MAVERICK = _LLAMA4_COMMON | {
-    "num_local_experts": 128,
-    "interleave_moe_layer_step": 2,
-    "use_qk_norm": False,
-    "max_position_embeddings": 1048576,
-    "rope_scaling": None,
+    "num_local_experts": 128,  # [maverick]
+    "interleave_moe_layer_step": 2,  # [maverick]
+    "use_qk_norm": False,  # [maverick]
+    "max_position_embeddings": 262144,  # [convert]
+    "rope_scaling": None,  # [maverick]
 }
 
 

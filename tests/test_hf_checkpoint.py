@@ -97,11 +97,14 @@ def test_step0_loss_of_a_run_from_the_import_is_the_reference_loss(family, optio
     assert losses(metrics.parent)[0] == pytest.approx(expected, rel=1e-5)
 
 
-def test_import_then_export_gives_every_tensor_bit_for_bit(work):
+@pytest.mark.parametrize(("family", "option"), [("qwen3_moe", "qwen3_30b_a3b"), ("deepseek3", "deepseek3_671b")])
+def test_import_then_export_gives_every_tensor_bit_for_bit(family, option, work):
+    """deepseek3 carries the selection bias (MoEBiasVar, stacked on axis 0 of a scanned model, not the params'
+    scan axis), which MaxText's to_huggingface alone cuts per expert."""
     from safetensors.numpy import load_file
 
-    ref, ckpt = imported("qwen3_moe", "qwen3_30b_a3b", work)
-    out = work / "qwen3-exported"
+    ref, ckpt = imported(family, option, work)
+    out = work / f"{family}-exported"
     shutil.rmtree(out, ignore_errors=True)
     p = moekit("checkpoint", "export", str(ckpt), "--out", str(out))
     assert p.returncode == 0, p.stderr[-3000:]
@@ -110,6 +113,41 @@ def test_import_then_export_gives_every_tensor_bit_for_bit(work):
     for name in a:
         assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
         assert a[name].tobytes() == b[name].tobytes(), name
+
+
+def test_init_from_an_import_of_another_model_is_refused_before_launch(work, tmp_path):
+    """The import's record (moekit-import.json: family, overrides, the checkpoint's config.json, scan_layers) is
+    compared with the configured model by the host probe, before MaxText starts: another family, or any value that
+    sets a parameter's shape, is refused with the overrides that give the import's model; a value that changes only
+    what the model computes is a note."""
+    from conftest import compose
+    from moekit.preflight import checkpoint as checkpoint_preflight
+
+    _, ckpt = imported("qwen3_moe", "qwen3_30b_a3b", work)
+    record = json.loads((ckpt / "moekit-import.json").read_text())
+    assert record["family"] == "qwen3_30b_a3b" and record["scan_layers"] is True and record["tensors"] > 0
+    same = ["model=qwen3_30b_a3b", f"checkpoint.init_from={ckpt}", *record["overrides"]]
+
+    def check(*overrides):
+        return checkpoint_preflight.problems(compose("smoke", [*same, *overrides]))
+
+    problems, notes = check()
+    assert problems == [] and "(qwen3_moe, " in notes[0] and "fits model=qwen3-30b-a3b" in notes[0]
+    ((p,), _) = check("model.num_experts=16")
+    assert p.key == "checkpoint.init_from"
+    assert "at 'experts' the configured model has 16, the imported checkpoint 8" in p.what, p.what
+    assert p.fix.startswith("give the run the import's model: model=qwen3_30b_a3b ")
+    ((p,), _) = check("model=mixtral_8x7b")
+    assert "holds a qwen3_moe checkpoint (imported with --family qwen3_30b_a3b" in p.what, p.what
+    assert "configured model is decoder mixtral" in p.what
+    ((p,), _) = check("maxtext.extra.scan_layers=false")
+    assert "imported with scan_layers=True, the run has scan_layers=False" in p.what, p.what
+    problems, notes = check("model.extra.rope_max_timescale=500000")
+    assert problems == [] and "computes otherwise than the imported model at rope_theta" in notes[1], notes
+    run = moekit(
+        "train", "experiment=smoke", *same, "model.num_experts=16", f"run.base_dir={tmp_path}/runs", "--dry-run"
+    )
+    assert run.returncode == 2 and "at 'experts' the configured model has 16" in run.stderr, run.stderr[-2000:]
 
 
 def test_logits_parity_table_is_measured():

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import compose, moekit, mount_tmpfs
 from moekit.base import cache
+from moekit.config.checks import checkpoint as checkpoint_checks
+from moekit.preflight import checkpoint as checkpoint_preflight
 from moekit.preflight import host as preflight
 from moekit.preflight import maxtext_validate, xla_flags
 from moekit.translate.job import build
@@ -92,6 +94,50 @@ def test_run_dir_probe_leaves_nothing_behind(tmp_path):
     cfg = compose("smoke", [f"run.base_dir={tmp_path}/base"])
     assert list(preflight.run_dir_usable(cfg, preflight.Host({}))) == []
     assert list(tmp_path.iterdir()) == []
+
+
+# ---- checkpoint.init_from ----
+
+
+def test_init_from_that_does_not_exist_is_refused_before_launch(tmp_path):
+    missing = tmp_path / "no-such-import"
+    proc = moekit("train", "experiment=smoke", f"checkpoint.init_from={missing}", f"run.base_dir={tmp_path}/runs")
+    assert proc.returncode == 2 and f"checkpoint.init_from: {missing} does not exist" in proc.stderr, proc.stderr
+    assert "fix: checkpoint.init_from=<the --out folder of `moekit checkpoint import" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "runs").exists()
+
+
+def test_init_from_must_be_the_folder_an_import_wrote(tmp_path):
+    (tmp_path / "hf").mkdir()  # a Hugging Face folder, say: no 0/items
+    (tmp_path / "step" / "items").mkdir(parents=True)  # a run's checkpoints/<step>
+    (tmp_path / "ckpt" / "0" / "items").mkdir(parents=True)
+    (tmp_path / "file").write_text("x")
+
+    def found(path):
+        cfg = compose("smoke", [f"checkpoint.init_from={path}"])
+        problems, notes = checkpoint_preflight.problems(cfg)
+        return [f"{p.what} | {p.fix}" for p in problems], notes
+
+    assert "has no 0/items: it is not a checkpoint `moekit checkpoint import` wrote" in found(tmp_path / "hf")[0][0]
+    assert "holds items/ but no 0/items" in found(tmp_path / "step")[0][0]
+    assert "is a file" in found(tmp_path / "file")[0][0]
+    assert found(tmp_path / "ckpt/0/items")[0][0].endswith(f"| checkpoint.init_from={tmp_path / 'ckpt'}")
+    # The layout alone, when no import record says what model it holds: a note says the model is not checked.
+    problems, notes = found(tmp_path / "ckpt")
+    assert problems == [] and "no moekit-import.json, so its model is not checked" in notes[0]
+    (tmp_path / "ckpt" / "moekit-import.json").write_text("{")
+    problems, notes = found(tmp_path / "ckpt")
+    assert problems == [] and "moekit-import.json cannot be read" in notes[0]
+    # The probe is in the table a real run and --dry-run run.
+    assert "checkpoint.init_from" in [p.name for p in preflight.PROBES if not p.costly]
+
+
+@pytest.mark.parametrize("given", ["/ckpt/dsv2/0/items", "/ckpt/dsv2/0/items/", "  "])
+def test_init_from_naming_the_items_folder_is_a_config_problem(given):
+    """Pure: refused on any host, the folder seen or not (MaxText appends 0/items itself)."""
+    (found,) = checkpoint_checks.init_from_names_the_import(compose("smoke", [f"checkpoint.init_from='{given}'"]))
+    assert found.key == "checkpoint.init_from"
+    assert found.fix.startswith("checkpoint.init_from=/ckpt/dsv2 ") if given.strip() else "is empty" in found.what
 
 
 # ---- the XLA flags the installed XLA knows ----

@@ -145,7 +145,10 @@ def import_checkpoint(
     save_weights_to_checkpoint(
         str(tmp), params, 1, config.checkpoint_storage_use_ocdbt, config.checkpoint_storage_use_zarr3, config=config
     )
-    (tmp / RECORD).write_text(json.dumps(record | {"dtype": save_dtype}, indent=1, default=str), encoding="utf8")
+    (tmp / RECORD).write_text(
+        json.dumps(record | {"dtype": save_dtype, "scan_layers": bool(config.scan_layers)}, indent=1, default=str),
+        encoding="utf8",
+    )
     tmp.rename(out)
     used = {k for k in tensors}
     return Summary(
@@ -155,6 +158,27 @@ def import_checkpoint(
         seconds=time.monotonic() - start,
         out=out,
     )
+
+
+def _split_layer_stacks(config, keys, state, param_map, hooks, shape_map) -> dict[str, Any]:
+    """The Hugging Face tensors of each scanned layer stack outside the params collection (DeepSeek-V3's selection
+    bias, MoEBiasVar, of shape (layers, experts)), taken out of `state`. MaxText stacks such a variable along axis 0,
+    not along param_scan_axis (nnx_decoders.py says so; to_maxtext's import stacks it there too), but
+    to_huggingface's process_maxtext_param slices every scanned tensor of 2 or more dimensions along
+    param_scan_axis, which cuts it per expert and fails to reshape the (1,)-sized slice to (experts,)."""
+    import jax
+    from maxtext.checkpoint_conversion.utils.utils import _process
+
+    out: list[tuple[str, Any]] = []
+    for key in keys:
+        source = param_map.get(key)
+        if not (config.scan_layers and isinstance(key, str) and not key.startswith("params-") and _flat_list(source)):
+            continue
+        weight = state.pop(key)
+        for i, hf_path in enumerate(source):
+            part = jax.lax.index_in_dim(weight, i, axis=0, keepdims=False)
+            _process(hf_path, part, out, hooks.get(key), shape_map, save_dtype=config.weight_dtype)
+    return dict(out)
 
 
 def export_checkpoint(
@@ -181,7 +205,10 @@ def export_checkpoint(
     param_map = _alias_collections(maps["param_mapping"], state)
     hooks = _alias_collections(maps["hook_fn_mapping"], state)
     keys = validate_and_filter_param_map_keys(param_map, set(state))
-    hf = th._transform_weights_to_full_model(config, keys, state, param_map, hooks, maps["shape_mapping"])
+    before = set(state)
+    hf = _split_layer_stacks(config, keys, state, param_map, hooks, maps["shape_mapping"])
+    keys = [k for k in keys if not (isinstance(k, str) and k in before - set(state))]
+    hf |= th._transform_weights_to_full_model(config, keys, state, param_map, hooks, maps["shape_mapping"])
     arrays = {k: np.ascontiguousarray(np.asarray(v)) for k, v in sorted(hf.items())}
     if out.exists():
         raise CheckpointError(f"{out} exists: export writes a new folder")

@@ -24,6 +24,7 @@ from moekit.base import ports
 from moekit.base.errors import MoekitError
 from moekit.config.checks import Problem
 from moekit.config.schema import Config
+from moekit.preflight import checkpoint as checkpoint_preflight
 from moekit.preflight import data as data_preflight
 from moekit.preflight import maxtext_validate, xla_flags
 from moekit.rundir import attempts
@@ -221,6 +222,14 @@ def data_ready(cfg: Config, host: Host) -> Iterator[Problem | str]:
             yield data_preflight.found_text(cfg, seen)
 
 
+def init_from_ready(cfg: Config, host: Host) -> Iterator[Problem | str]:
+    """checkpoint.init_from: the folder is here, holds 0/items, and (by the import's record) the configured model's
+    family and parameter shapes (and a note of what was found)."""
+    found, notes = checkpoint_preflight.problems(cfg)
+    yield from found
+    yield from notes
+
+
 def xla_flags_known(cfg: Config, host: Host) -> Iterator[Problem]:
     """Every flag of the job's XLA_FLAGS is one the installed XLA registers, with a value it can read."""
     fields = {}
@@ -307,6 +316,7 @@ PROBES: tuple[Probe, ...] = (
     Probe("GPUs", gpus_present),
     Probe("back-end packages", packages_present),
     Probe("back-end hook", hook_ready),
+    Probe("checkpoint.init_from", init_from_ready),
     Probe("data", data_ready, costly=True),
     Probe("XLA flags", xla_flags_known, costly=True),
     Probe("MaxText validator", maxtext_accepts, costly=True),

@@ -2,13 +2,14 @@
 
 Each check returns Problems (key, what is wrong, the override that fixes it); `problems` runs all of
 them so a user sees every problem at once. Pure: no environment, files or clock. The checks live in one
-module per topic (mesh, moe, cluster, compute, text, sizes, family, data); CHECKS and WARNINGS list them here.
+module per topic (mesh, moe, cluster, compute, text, sizes, family, data, checkpoint); CHECKS and WARNINGS list
+them here.
 """
 
 from __future__ import annotations
 
 from moekit.base.errors import ConfigError
-from moekit.config.checks import cluster, compute, data, family, mesh, moe, sizes, text
+from moekit.config.checks import checkpoint, cluster, compute, data, family, mesh, moe, sizes, text
 from moekit.config.checks.problem import Check, Problem
 from moekit.config.schema import Config
 
@@ -57,6 +58,7 @@ CHECKS: list[Check] = [
     family.group_limited_routing,
     family.backend_supports_family,
     family.attention_runs_the_family,
+    checkpoint.init_from_names_the_import,
 ]
 # Checks of what training runs (the model, its MoE layer, precision, memory, data, the batch): a fabric-only job
 # (`moekit fabric`, fabric.only=true) runs the rendezvous and the collectives of the mesh, never MaxText, so none of
@@ -84,6 +86,7 @@ TRAINING_ONLY: frozenset[Check] = frozenset(
         family.group_limited_routing,
         family.backend_supports_family,
         family.attention_runs_the_family,
+        checkpoint.init_from_names_the_import,
     }
 )
 # What runs, but not as the user likely means (slow, not refused); printed before launch.
