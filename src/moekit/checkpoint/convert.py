@@ -21,10 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from moekit.checkpoint.hf import CheckpointError, HfCheckpoint
+from moekit.config.checks.checkpoint import ITEMS, RECORD
 from moekit.prepare.text_shards import Progress
-
-RECORD = "moekit-import.json"
-ITEMS = "0/items"  # save_weights_to_checkpoint saves step 0; MaxText's load_parameters_path points at its items
 
 
 @dataclass(slots=True)

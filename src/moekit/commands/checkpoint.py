@@ -54,12 +54,13 @@ def run(args: argparse.Namespace) -> int:
     """Import or export; a refused checkpoint exits 2 with the first difference named (moekit.cli)."""
     from moekit.base.maxtext_files import model_values
     from moekit.checkpoint import convert, hf
+    from moekit.config.checks.checkpoint import RECORD
     from moekit.plan import resolved_values
 
     if args.action == "export":
-        record_file = args.src / convert.RECORD
+        record_file = args.src / RECORD
         if not record_file.is_file():
-            raise hf.CheckpointError(f"{args.src}: no {convert.RECORD} (export reads what `checkpoint import` wrote)")
+            raise hf.CheckpointError(f"{args.src}: no {RECORD} (export reads what `checkpoint import` wrote)")
         record = json.loads(record_file.read_text(encoding="utf8"))
         cfg = _compose(record["family"], record["overrides"])
         summary = convert.export_checkpoint(

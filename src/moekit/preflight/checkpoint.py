@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from moekit.base import maxtext_files
-from moekit.checkpoint.convert import ITEMS, RECORD
 from moekit.config.architecture import HF_FAMILIES, differences, from_hf, from_maxtext
 from moekit.config.checks import Problem
+from moekit.config.checks.checkpoint import ITEMS, RECORD
 from moekit.config.schema import Config
 from moekit.plan import resolved_values
 

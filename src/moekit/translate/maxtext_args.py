@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from moekit.config.checks.checkpoint import ITEMS
 from moekit.config.schema import Config, Scalar
 from moekit.translate import profile, values
 from moekit.translate.data_keys import data_keys
@@ -112,7 +113,7 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
     every = cfg.checkpoint.every
     put("checkpoint", enable_checkpointing=every > 0, **({"checkpoint_period": every} if every else {}))
     if cfg.checkpoint.init_from:
-        put("checkpoint.init_from", load_parameters_path=cfg.checkpoint.init_from.rstrip("/") + "/0/items")
+        put("checkpoint.init_from", load_parameters_path=cfg.checkpoint.init_from.rstrip("/") + "/" + ITEMS)
     if every:
         # On SIGTERM (JAX's preemption notice) save at the next step boundary, then stop (run/preemption.py).
         put("checkpoint (preemption)", enable_autocheckpoint=True)

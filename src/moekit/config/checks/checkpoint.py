@@ -12,6 +12,11 @@ from pathlib import PurePosixPath
 from moekit.config.checks.problem import Problem
 from moekit.config.schema import Config
 
+# The folder `moekit checkpoint import` writes: MaxText's save_weights_to_checkpoint saves step 0, and
+# load_parameters_path points at its items; beside them, moekit's record of what was imported.
+ITEMS = "0/items"
+RECORD = "moekit-import.json"
+
 
 def init_from_names_the_import(cfg: Config) -> Iterator[Problem]:
     """MaxText reads <init_from>/0/items: a path that already ends in 0/items (or items) would be read one level too
