@@ -192,17 +192,8 @@ class Work:
 
 def work(d: Dims, values: Mapping[str, Any], backend: str) -> Work:
     """The forward FLOPs per class of one device's step, and the forward FLOPs the remat policy recomputes."""
-    t, s = d.tokens, d.seq
-    if d.mla:
-        qk = d.qk_nope + d.qk_rope
-        q = d.emb * d.q_lora + d.q_lora * d.heads * qk if d.q_lora else d.emb * d.heads * qk
-        kv = d.emb * (d.kv_lora + d.qk_rope) + d.kv_lora * d.heads * (d.qk_nope + d.v_head)
-        in_proj, out_proj = 2 * t * (q + kv), 2 * t * d.emb * d.heads * d.v_head
-        attention = 2 * t * s * d.heads * (qk + d.v_head) / 2
-    else:
-        in_proj = 2 * t * d.emb * (d.heads + 2 * d.kv_heads) * d.head_dim
-        out_proj = 2 * t * d.emb * d.heads * d.head_dim
-        attention = 4 * t * s * d.heads * d.head_dim / 2
+    t = d.tokens
+    in_proj, out_proj, attention = d.attention_flops()
     mlp_dense = d.dense_layers * 2 * t * d.mlp_params(d.mlp)
     routed = shared = router = dense_experts = 0.0
     if d.experts > 1:

@@ -151,19 +151,23 @@ class Dims:
         return self.other_params() + self.moe_layers * self.top_k * self.mlp_params(self.moe_mlp)
 
     # ---- FLOPs (MaxText's count: 3x the forward matmuls, causal attention halved) ----
-    def train_flops(self) -> float:
-        """Training FLOPs per device per step, counted as MaxText's calculate_tflops_training_per_device does."""
+    def attention_flops(self) -> tuple[float, float, float]:
+        """Forward FLOPs of one layer's attention per device step: the input projections (q, k, v; MLA's low-rank
+        ones), the output projection, and the causal score/value matmuls (halved)."""
         t, s = self.tokens, self.seq
         if self.mla:
             qk = self.qk_nope + self.qk_rope
             q = self.emb * self.q_lora + self.q_lora * self.heads * qk if self.q_lora else self.emb * self.heads * qk
             kv = self.emb * (self.kv_lora + self.qk_rope) + self.kv_lora * self.heads * (self.qk_nope + self.v_head)
-            qkv, proj = 2 * t * (q + kv), 2 * t * self.emb * self.heads * self.v_head
             attention = 2 * t * s * self.heads * (qk + self.v_head) / 2
-        else:
-            qkv = 2 * t * self.emb * (self.heads + 2 * self.kv_heads) * self.head_dim
-            proj = 2 * t * self.emb * self.heads * self.head_dim
-            attention = 4 * t * s * self.heads * self.head_dim / 2
+            return 2 * t * (q + kv), 2 * t * self.emb * self.heads * self.v_head, attention
+        in_proj = 2 * t * self.emb * (self.heads + 2 * self.kv_heads) * self.head_dim
+        return in_proj, 2 * t * self.emb * self.heads * self.head_dim, 4 * t * s * self.heads * self.head_dim / 2
+
+    def train_flops(self) -> float:
+        """Training FLOPs per device per step, counted as MaxText's calculate_tflops_training_per_device does."""
+        t = self.tokens
+        qkv, proj, attention = self.attention_flops()
         ffn = self.dense_layers * 2 * t * self.mlp_params(self.mlp)
         if self.experts > 1:
             per_moe = 2 * t * (self.emb * self.experts + (self.shared + self.top_k) * self.mlp_params(self.moe_mlp))
