@@ -127,8 +127,19 @@ def table(results: dict, device: str = run_presets.DEVICE) -> str:
     v = first.get("versions") or {}
     te = run_presets.te_version(r for fam in results.values() for r in fam["presets"].values())
     te_note = f", transformer-engine {te} (in the runs of the rows that need it)" if te else ""
+    # A table merged from calls of several days says which families each date measured (never the first date alone).
+    days: dict[str, list[str]] = {}
+    for family, res in results.items():
+        for r in res["presets"].values():
+            if r.get("date") and family not in days.setdefault(r["date"], []):
+                days[r["date"]].append(family)
+    when = (
+        " and ".join(f"{d} ({', '.join(fams)})" for d, fams in sorted(days.items())) + ", merged from several calls,"
+        if len(days) > 1
+        else first.get("date", "?")
+    )
     lines = [
-        f"Measured {first.get('date', '?')} on one {device} (hardware=h200), `moekit train experiment=<proxy>` "
+        f"Measured {when} on one {device} (hardware=h200), `moekit train experiment=<proxy>` "
         f"+ the row's overrides, one benchmark run per family (benchmarks/run_portability.py); versions: python "
         f"{v.get('python')}, jax {v.get('jax')}, maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit "
         f"{v.get('moekit')}{te_note}. s/step and TFLOP/s/device: median over the steady steps (docs/metrics.md); "
