@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import signal
+import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -50,6 +51,10 @@ STEPS, EVERY = 40, 5
 # a CPU step costs about 0.5 s, an attempt's start-up 15 s.
 COMMON = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}", f"checkpoint.every={EVERY}"]
 RATIO = 1.5
+# Between runs made minutes apart a shared 2-core CI machine's speed has moved by up to 1.72x with like host load
+# (CI, 2026-12-05: steal time no process owns): runs compared across minutes are held to DRIFT, runs compared
+# within seconds of each other to RATIO. Both catch what they are for: a counted trace edge or compile is 3x+.
+DRIFT = 2.0
 
 
 def _events(run: Path, name: str = "events.jsonl") -> list[dict]:
@@ -475,10 +480,10 @@ def _others_share(run: Path) -> float | None:
 @pytest.mark.parametrize("path", ["profile=on", "train -m member"])
 def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_run, profiled_smoke, smoke_sweep):
     """experiment=smoke three ways, each a fixture other tests share: plain, with profile=on (the trace edges and
-    the steps after them are left out by the trace events), and as run 0 of a `train -m` sweep. The profiled run
-    counts 3 steps at one moment of a shared CPU whose load drifts between minutes: it is held against both plain
-    measures of the session (the plain run, the sweep's run 0, made at other moments) and must be within RATIO of
-    one of them, as the resumed run above is bracketed by two references."""
+    the steps after them are left out by the trace events), and as run 0 of a `train -m` sweep. The profiled run is
+    judged against itself, seconds apart: the traced steps it counts against its untraced ones (a shared CPU's speed
+    drifts between minutes, not within seconds). The sweep's run 0, made minutes from the plain run, is held to
+    DRIFT of it where both ran under like host load."""
     plain, plain_dir = _plain(smoke_run)
     folder, sweep = smoke_sweep
     assert sweep.returncode == 0, sweep.stderr[-3000:]
@@ -490,23 +495,31 @@ def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_r
         reasons = {e["step"]: e["reason"] for e in got["excluded"]}
         # MaxText traces steps 3..5: starting the trace falls in step 3, stopping it in step 6.
         assert reasons.get(3) == reasons.get(6) == "profile window edge", reasons
-        against, dirs = [plain, member], [plain_dir, folder / "0"]
-    else:
-        run, got, against, dirs = folder / "0", member, [plain], [plain_dir]
-    print(f"\n{path}: {got['tokens_per_s_per_device']:.1f} tokens/s over {got['counted_steps']}; plain "
-          f"{plain['tokens_per_s_per_device']:.1f} over {plain['counted_steps']}; sweep run 0 "
-          f"{member['tokens_per_s_per_device']:.1f} over {member['counted_steps']}")  # fmt: skip
-    assert got["missing_steps"] == [] and got["steps"] == 10
+        times = {int(r["step"]): r["perf/step_time_seconds"] for r in _rows(run / "metrics.jsonl")}
+        traced = [times[s] for s in got["counted_steps"] if 3 < s < 6]
+        after = [times[s] for s in got["counted_steps"] if s > 6]
+        assert traced and after, got["counted_steps"]
+        inside = statistics.median(traced) / statistics.median(after)
+        whole = got["step_time_s"] / statistics.median(after)
+        rates = [s["tokens_per_s_per_device"] for s in (got, plain, member)]
+        print(
+            f"\nprofile=on: traced steps counted {inside:.2f}x and the run's step time {whole:.2f}x the untraced "
+            f"steps' median; tokens/s: this run {rates[0]:.1f}, plain {rates[1]:.1f}, sweep run 0 {rates[2]:.1f}"
+        )
+        assert 1 / RATIO <= inside <= RATIO and 1 / RATIO <= whole <= RATIO, (inside, whole, times)
+        assert got["missing_steps"] == [] and got["steps"] == 10
+        return
+    print(f"\nsweep run 0: {member['tokens_per_s_per_device']:.1f} tokens/s over {member['counted_steps']}; plain "
+          f"{plain['tokens_per_s_per_device']:.1f} over {plain['counted_steps']}")  # fmt: skip
+    assert member["missing_steps"] == [] and member["steps"] == 10
     # Only a reference measured under like host load says what this run should measure (the rule of `moekit
     # report`, observe/reports/comparable.py): another test's processes beside one of them move its rate.
     from moekit.observe.reports.comparable import LOAD_GAP
 
-    mine = _others_share(run)
-    alike = [a for a, d in zip(against, dirs, strict=True) if abs(_others_share(d) - mine) <= LOAD_GAP]
-    shares = [round(_others_share(d), 2) for d in dirs]
-    print(f"others' share of the CPU: this run {mine:.2f}, the references {shares}")
-    ratios = [got["tokens_per_s_per_device"] / a["tokens_per_s_per_device"] for a in alike]
-    assert not alike or any(1 / RATIO <= r <= RATIO for r in ratios), (ratios, mine, shares)
+    mine, theirs = _others_share(folder / "0"), _others_share(plain_dir)
+    print(f"others' share of the CPU: this run {mine:.2f}, the plain run {theirs:.2f}")
+    ratio = member["tokens_per_s_per_device"] / plain["tokens_per_s_per_device"]
+    assert abs(mine - theirs) > LOAD_GAP or 1 / DRIFT <= ratio <= DRIFT, (ratio, mine, theirs)
 
 
 @pytest.mark.integration
