@@ -26,10 +26,10 @@ $(STAMP): $(LOCK) requirements/*.txt pyproject.toml
 	@touch $(STAMP)
 
 # The reference models of the parity tests (transformers on torch, CPU): a venv of its own, rebuilt only when
-# requirements/ref.txt changes. `make test` builds it (tests/test_parity.py fails without it).
+# requirements/ref.txt changes. `make test` builds it (tests/test_hf_checkpoint.py fails without it).
 REF_VENV ?= .venv-ref
 REF_STAMP := $(REF_VENV)/.moekit-ref-stamp
-venv-ref: $(REF_STAMP)  ## create .venv-ref: torch + transformers (CPU) for the reference side of tests/test_parity.py
+venv-ref: $(REF_STAMP)  ## create .venv-ref: torch + transformers (CPU), the reference side of tests/test_hf_checkpoint.py
 
 $(REF_STAMP): requirements/ref.txt
 	@set -e; py=$$(scripts/find-python); rm -rf $(REF_VENV); "$$py" -m venv $(REF_VENV); \
