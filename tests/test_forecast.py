@@ -89,6 +89,12 @@ def test_forecast_parts_add_up_and_name_their_sources():
     assert f["tflops_per_device"] == pytest.approx(out["flops"]["train_tflop_per_device_step"] / f["step_s"])
     assert f["tokens_per_s_per_device"] == pytest.approx(24576 / f["step_s"])
     assert f["mfu"] == pytest.approx(f["tflops_per_device"] / 5000)  # GB300 FP8 dense peak
+    # tokens/s and MFU carry the band of the step time, like TFLOP/s (the slow end of the step gives the low end)
+    lo, hi = f["tokens_per_s_per_device_low"], f["tokens_per_s_per_device_high"]
+    assert lo < f["tokens_per_s_per_device"] < hi
+    assert (lo, hi) == (pytest.approx(24576 / f["step_high_s"]), pytest.approx(24576 / f["step_low_s"]))
+    assert f["mfu_low"] < f["mfu"] < f["mfu_high"]
+    assert (f["mfu_low"], f["mfu_high"]) == (pytest.approx(f["low"] / 5000), pytest.approx(f["high"] / 5000))
     names = {p["name"] for p in f["parts"]}
     assert {"grouped GEMM", "other GEMMs", "attention", "other compute", "recompute"} <= names
     assert {"EP dispatch + combine", "routing imbalance", "synchronisation", "host offload (exposed)"} <= names
@@ -164,6 +170,8 @@ def test_cli_prints_the_forecast_and_its_sources():
     assert text.returncode == 0, text.stderr
     for needle in ("## forecast per device", "source:", "where", "goes:", "layouts ranked by forecast"):
         assert needle in text.stdout
+    line = next(x for x in text.stdout.splitlines() if x.startswith("  step "))
+    assert line.count("[") == 4 and "tokens/s [" in line and "MFU" in line  # step, TFLOP/s, tokens/s, MFU: each a band
     bad = moekit("plan", "experiment=dsv3_blog", "--write")
     assert bad.returncode != 0 and "--validate" in bad.stderr
 

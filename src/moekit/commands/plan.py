@@ -235,7 +235,9 @@ def format_forecast(f: dict[str, Any], scaling: list[dict[str, Any]]) -> list[st
         f"## forecast per device ({f['links']})",
         f"  step {f['step_s']:.4g} s [{f['step_low_s']:.4g}-{f['step_high_s']:.4g}]   "
         f"{f['tflops_per_device']:.0f} TFLOP/s [{f['low']:.0f}-{f['high']:.0f}]   "
-        f"{f['tokens_per_s_per_device']:,.0f} tokens/s   MFU {f['mfu']:.1%} of {f['mfu_peak_tflops']:g}",
+        f"{f['tokens_per_s_per_device']:,.0f} tokens/s [{f['tokens_per_s_per_device_low']:,.0f}-"
+        f"{f['tokens_per_s_per_device_high']:,.0f}]   MFU {f['mfu']:.1%} [{f['mfu_low']:.1%}-{f['mfu_high']:.1%}] "
+        f"of {f['mfu_peak_tflops']:g}",
     ]
     width = max(len(x["name"]) for x in f["parts"])
     for x in f["parts"]:

@@ -147,7 +147,8 @@ class Forecast:
         return sum(p.seconds for p in self.parts)
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON `forecast` object."""
+        """The JSON `forecast` object. The bands of TFLOP/s (`low`, `high`), tokens/s and MFU are the step-time band's
+        ends (`step_high_s` gives each low end, `step_low_s` each high end)."""
         tf = self.flops / self.step_s / 1e12
         return {
             "step_s": self.step_s,
@@ -157,7 +158,11 @@ class Forecast:
             "low": self.flops / self.step_high_s / 1e12,
             "high": self.flops / self.step_low_s / 1e12,
             "tokens_per_s_per_device": self.tokens / self.step_s,
+            "tokens_per_s_per_device_low": self.tokens / self.step_high_s,
+            "tokens_per_s_per_device_high": self.tokens / self.step_low_s,
             "mfu": tf / self.peak_tflops,
+            "mfu_low": self.flops / self.step_high_s / 1e12 / self.peak_tflops,
+            "mfu_high": self.flops / self.step_low_s / 1e12 / self.peak_tflops,
             "mfu_peak_tflops": self.peak_tflops,
             "parts": [
                 {"name": p.name, "seconds": p.seconds, "kind": p.kind, "how": p.how, "source": p.source}
