@@ -25,7 +25,7 @@ class Row:
 
     name: str
     kind: str
-    """measured (one H200), published, scaling or ladder."""
+    """measured (one GPU: an H200, or the H100 its run names), published, scaling or ladder."""
     measured: float
     forecast: float
     low: float
@@ -71,6 +71,7 @@ def rows() -> list[Row]:
                 "s/step",
                 f"run {p['run']}",
                 p.get("calibration"),
+                p.get("note", ""),
             )
         )
     for p in points["published"]:
@@ -142,7 +143,8 @@ def table(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) ->
     runs = tables.data("forecast_points.yaml")["runs"]
     lines += [
         "",
-        "Measured runs (one H200 each; s/step is the steady median of moekit's summary): "
+        "Measured runs (one GPU each, an H200 unless the run names an H100; s/step is the steady median of "
+        "moekit's summary): "
         + "; ".join(f"{k}: {v}" for k, v in runs.items())
         + ". Published: NVIDIA technical blog 'Accelerating Dropless MoE Training in JAX with NVIDIA Transformer "
         "Engine', 2026-09-14 (data/published.yaml). Error: forecast throughput over measured - 1 (for a step time, "
