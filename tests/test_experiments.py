@@ -23,9 +23,9 @@ from conftest import EXPERIMENTS, REPO, compose
 from moekit import plan
 from moekit.base.maxtext_files import model_values
 from moekit.commands import render as cmd
-from moekit.commands.plan import data_file
 from moekit.config import formats
 from moekit.config.checks import problems
+from moekit.plan.tables import data as data_file
 from moekit.preflight.maxtext_validate import MaxTextRejected, rejections, validate
 from moekit.render import validate as manifest
 from moekit.translate.job import build

@@ -15,10 +15,10 @@ import yaml
 from conftest import compose, moekit
 from moekit import plan
 from moekit.base.maxtext_files import model_values as maxtext_files
-from moekit.commands.plan import data_file
 from moekit.plan import memory, network
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims
+from moekit.plan.tables import data as data_file
 
 GIB = 2**30
 CALIBRATION = data_file("plan_calibration.yaml")

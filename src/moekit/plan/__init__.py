@@ -1,7 +1,8 @@
 """`moekit plan`'s model: memory, FLOPs, communication and step time per device (pure).
 
 `build` takes the typed config plus the facts read at the edge (MaxText's base.yml and model file, the
-link table, the calibration) and returns plain data; commands/plan.py reads the files and prints.
+link table, the calibration) and returns plain data; plan/tables.py's `plan_of` reads the files for it,
+plan/text.py writes the result as text and commands/plan.py prints it.
 """
 
 from __future__ import annotations

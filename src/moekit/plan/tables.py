@@ -1,7 +1,9 @@
-"""The data files the forecast reads (moekit/data), and a config's forecast setup from its overrides."""
+"""The data files the forecast reads (moekit/data), a config's forecast setup from its overrides, and a config's
+whole plan from them (`moekit plan`)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -10,6 +12,8 @@ from typing import Any
 import yaml
 
 from moekit.base import maxtext_files
+from moekit.base.errors import ConfigError
+from moekit.config.checks import warnings
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.plan import memory
@@ -69,4 +73,55 @@ def breakdown_setups(measured: Mapping[str, Any]) -> dict[str, Setup]:
     for group in ("breakdowns", "steps"):
         for name, entry in measured[group].items():
             out[name] = compose_setup(entry["overrides"])[1]
+    return out
+
+
+def fabric_record(path: Path | None) -> dict[str, Any] | None:
+    """A run's fabric.json (`--fabric PATH`), parsed; None without a path."""
+    if path is None:
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"--fabric {path}: cannot read it as fabric.json ({exc}).\n"
+            "  fix: give the fabric.json of a run directory (moekit fabric / train write it)"
+        ) from None
+    if not isinstance(record, dict) or not record.get("results"):
+        raise ConfigError(f"--fabric {path}: no measured results in it; the fabric check must have run to its end")
+    return record
+
+
+def plan_of(
+    cfg: Config,
+    compute_tflops: float | None = None,
+    scale: Sequence[int] = (),
+    fabric: Path | None = None,
+    search: bool = False,
+) -> dict[str, Any]:
+    """`moekit plan`'s data for a composed config: plan.build over the shipped data files, the ranked layouts with
+    `search`, and the config's warnings. A model that cannot be planned is a ConfigError."""
+    from moekit import plan
+    from moekit.plan import search as layouts
+
+    base, model_file = _maxtext(cfg.model.name)
+    record = fabric_record(fabric)
+    try:
+        out = plan.build(
+            cfg,
+            base,
+            model_file,
+            data("links.yaml"),
+            data("plan_calibration.yaml"),
+            compute_tflops,
+            scale,
+            data("forecast.yaml"),
+            record,
+        )
+        if search:
+            links, table = data("links.yaml"), data("forecast.yaml")
+            out["search"] = layouts.rank(cfg, base, model_file, links, table, fabric=record)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    out["config_warnings"] = [str(w) for w in warnings(cfg)]
     return out

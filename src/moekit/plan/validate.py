@@ -8,15 +8,20 @@ left out of the error statistics.
 
 from __future__ import annotations
 
+import json
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from moekit.base.errors import ConfigError
 from moekit.plan import calibrate, tables
 from moekit.plan.forecast import Forecast, efficiency, forecast, grown, params_from
 
 BEGIN = "<!-- BEGIN forecast validation (moekit plan --validate --write) -->"
 END = "<!-- END forecast validation -->"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "plan.md"
+"""The page whose table `--write` replaces: present in a source checkout only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,3 +200,50 @@ def recalibrate() -> tuple[str, dict[str, float]]:
     table_ = tables.data("forecast.yaml")
     derived = calibrate.derive(setups, measured, calibrate.fixed(table_))
     return calibrate.rewrite((tables.DATA / "forecast.yaml").read_text(), derived), derived
+
+
+def as_json(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) -> dict[str, Any]:
+    """`moekit plan --validate --format json`: every point, the ladder, the median |error| and the largest."""
+    med, worst = stats(rs)
+    return {
+        "points": [
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "unit": r.unit,
+                "measured": r.measured,
+                "forecast": r.forecast,
+                "low": r.low,
+                "high": r.high,
+                "error": r.error,
+                "calibration": r.calibration,
+                "source": r.source,
+                "note": r.note,
+            }
+            for r in rs
+        ],
+        "ladder": [{"experiment": n, "tflops_per_device": t, "fits": fits} for n, t, fits in rungs],
+        "ladder_ordered": ordered,
+        "median_abs_error": med,
+        "largest": None if worst is None else {"name": worst.name, "error": worst.error},
+    }
+
+
+def report(write: bool, fmt: str) -> str:
+    """`moekit plan --validate`: every point's forecast as the table (text) or JSON. With `write`, first the
+    calibrated parameters re-derived into data/forecast.yaml, then (text) the table written into docs/plan.md."""
+    if write:
+        if not DOC.is_file():
+            raise ConfigError(f"--write rewrites {DOC}, which this installation does not have (a source checkout does)")
+        text, _ = recalibrate()
+        (tables.DATA / "forecast.yaml").write_text(text)
+        tables.data.cache_clear()
+    rs = rows()
+    rungs, ordered = ladder()
+    if fmt == "json":
+        return json.dumps(as_json(rs, rungs, ordered), indent=2)
+    text = f"{BEGIN}\n{table(rs, rungs, ordered)}\n{END}"
+    if not write:
+        return text
+    DOC.write_text(replace_section(DOC.read_text(), text))
+    return f"{text}\nmoekit: wrote {DOC} and {tables.DATA / 'forecast.yaml'}"
