@@ -170,18 +170,27 @@ def _stamps(events: Path) -> tuple[int, bool]:
     return ends, stopped
 
 
-def hold_steps_until_stopped(proc: subprocess.Popen, pids: Iterable[int], events: Path, pause_s: float = 1.0) -> None:
-    """After a SIGTERM reached the workers `pids`: keep them frozen `pause_s` after each step they finish, until
-    process 0 (its events file `events`) stopped for the notice or they ended. JAX turns the notice into a sync
-    step on wall-clock time (its notifier polls once a second; on a loaded 2-core machine a SIGTERM sent right
-    after step 10 was acted on at step 39, 73 s later, on 2026-12-05); held like this, the workers reach it
-    within a step or two on any machine, and a chain keeps its steps for the stops that follow."""
+def _caught(logs: Sequence[Path]) -> bool:
+    """Whether JAX's SIGTERM notifier has taken the signal in every training process (it writes "SIGTERM caught"
+    to the process's log)."""
+    return all(p.is_file() and "SIGTERM caught" in p.read_text(errors="replace") for p in logs)
+
+
+def hold_steps_until_stopped(proc: subprocess.Popen, pids: Iterable[int], run: Path, pause_s: float = 1.0) -> None:
+    """After a SIGTERM reached the workers `pids` of the run in `run`: keep them frozen `pause_s` after each step
+    they finish, until JAX's notifier took the signal in each of them, or process 0 stopped for the notice, or they
+    ended. The notifier polls once a second on wall-clock time (a SIGTERM sent right after step 10 of a loaded
+    2-core machine was acted on at step 39, 73 s later, on 2026-12-05); held like this it takes the signal within
+    a step or two on any machine. Then the workers run free: the sync step that follows needs CPU, not time, and
+    a step held longer would only be a slow step in the records the measurement tests read."""
     pids = list(pids)
+    logs = [run / "maxtext.log", *(run / f"maxtext.{rank}.log" for rank in range(1, len(pids)))]
+    events = run / "events.jsonl"
     seen = _stamps(events)[0]
     while proc.poll() is None:
         with frozen(pids):
             ends, stopped = _stamps(events)
-            if stopped or all(_gone(p) for p in pids):
+            if stopped or all(_gone(p) for p in pids) or _caught(logs):
                 return
             if ends > seen:
                 seen = ends

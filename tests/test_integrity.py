@@ -264,7 +264,7 @@ def interrupt(command: list[str], run: Path, attempt: int, stop: Stop, steps: in
             stepping = _near(now, stop, last)
         time.sleep(SLICE_S)
     if held:
-        hold_steps_until_stopped(proc, pids.values(), run / "events.jsonl")
+        hold_steps_until_stopped(proc, pids.values(), run)
     stop.output, stop.returncode = proc.communicate(timeout=300)[0], proc.returncode
     deadline = time.monotonic() + 30
     while live_workers(run) and time.monotonic() < deadline:
@@ -510,12 +510,14 @@ def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_r
         traced = [times[s] for s in got["counted_steps"] if 3 < s < 6]
         after = [times[s] for s in got["counted_steps"] if s > 6]
         assert traced and after, got["counted_steps"]
-        inside = statistics.median(traced) / statistics.median(after)
-        whole = got["step_time_s"]["median"] / statistics.median(after)
+        # Means, not medians: on CPU a step's time alternates short and long (the next step is dispatched before
+        # this one's results are read; the summary pairs them), so only a window's whole time is a step's cost.
+        inside = statistics.mean(traced) / statistics.mean(after)
+        whole = got["step_time_s"]["median"] / statistics.mean(after)
         rates = [s["tokens_per_s_per_device"] for s in (got, plain, member)]
         print(
             f"\nprofile=on: traced steps counted {inside:.2f}x and the run's step time {whole:.2f}x the untraced "
-            f"steps' median; tokens/s: this run {rates[0]:.1f}, plain {rates[1]:.1f}, sweep run 0 {rates[2]:.1f}"
+            f"steps' mean; tokens/s: this run {rates[0]:.1f}, plain {rates[1]:.1f}, sweep run 0 {rates[2]:.1f}"
         )
         assert 1 / RATIO <= inside <= RATIO and 1 / RATIO <= whole <= RATIO, (inside, whole, times)
         assert got["missing_steps"] == [] and got["steps"] == 10

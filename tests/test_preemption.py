@@ -153,7 +153,7 @@ def preempted_run(tmp_path_factory):
         os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
         passed_on = lambda: all(pending(p, signal.SIGTERM) for p in pids.values())  # noqa: E731
         wait_until(proc, passed_on, "moekit passing SIGTERM on", timeout_s=60)
-    hold_steps_until_stopped(proc, pids.values(), run / "events.jsonl")
+    hold_steps_until_stopped(proc, pids.values(), run)
     out, _ = proc.communicate(timeout=300)
     exit_s = time.monotonic() - at
     first = json.loads((run / "manifest.json").read_text())
