@@ -340,7 +340,9 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
         verb, who = ("enter", absent) if absent else ("finish", meet.missing(stage + "/done"))
         _fail([fv.missing_problem(stage, who, spec["timeout_s"], link_class, verb)], record, spec, rank)
 
-    watchdog = _Watchdog(spec["timeout_s"] + 5, timed_out)
+    # Process 0 records the problem (fabric.json): the others' bound ends later, so that a rank whose own bound
+    # fired first does not end the group before process 0 wrote it.
+    watchdog = _Watchdog(spec["timeout_s"] + (5 if rank == 0 else 10), timed_out)
     if _fault(environ, rank) == "stop_early":  # test fault: stopped before it published its host name
         print(f"moekit: fabric: test fault: rank {rank} stops before the check starts", flush=True)
         time.sleep(10**6)
