@@ -29,9 +29,9 @@ import run_presets  # noqa: E402
 
 from moekit import plan  # noqa: E402
 from moekit.base import maxtext_files  # noqa: E402
-from moekit.commands.plan import data_file  # noqa: E402
 from moekit.config.compose import compose  # noqa: E402
 from moekit.plan.model import Dims  # noqa: E402
+from moekit.plan.tables import data as data_file  # noqa: E402
 
 FAMILIES = {  # name -> proxy experiment
     "dsv3": "dsv3_proxy_h200",
