@@ -46,7 +46,7 @@ test: venv venv-ref  ## the suite but the soak cases: unit + integration (CPU tr
 	$(PY) -m pytest -m "not soak" $(PYTEST_ARGS)
 
 # pytest exits 5 when no test is marked soak: nothing to run is no failure.
-test-soak: venv  ## the soak cases only (long; .ci/run runs them after make test, time-boxed)
+test-soak: venv venv-ref  ## the soak cases only (long; .ci/run runs them after make test, time-boxed)
 	$(PY) -m pytest -m soak $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 test-fast: venv  ## unit tests only

@@ -130,6 +130,7 @@ def _run_dir(stdout: str) -> str:
 
 
 @pytest.mark.integration
+@pytest.mark.soak
 def test_image_labels_and_stack(engine, image):
     tag, base = image
     labels = json.loads(engine.docker("image", "inspect", "--format", "{{json .Config.Labels}}", tag).stdout)
@@ -143,6 +144,7 @@ def test_image_labels_and_stack(engine, image):
 
 
 @pytest.mark.integration
+@pytest.mark.soak
 def test_docker_run_trains_smoke(engine, image, tmp_path):
     out = tmp_path / "outputs"
     out.mkdir()
@@ -159,6 +161,7 @@ def test_docker_run_trains_smoke(engine, image, tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.soak
 def test_docker_run_render_and_dry_run(engine, image):
     proc = engine.docker("run", "--rm", image[0], "render", "experiment=smoke_gpu", "target=jobset", check=False)
     assert proc.returncode == 0, proc.stderr
@@ -169,6 +172,7 @@ def test_docker_run_render_and_dry_run(engine, image):
 
 
 @pytest.mark.integration
+@pytest.mark.soak
 def test_entrypoint_names_keys_an_old_maxtext_lacks(engine, image):
     """An older MaxText (here: one whose config lacks use_tokamax_gmm) stops the run before training."""
     types = "$(python3 -c 'import maxtext.configs.types as t; print(t.__file__)')"

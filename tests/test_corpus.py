@@ -277,6 +277,7 @@ def gap_tool(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.soak
 @pytest.mark.integration
 def test_the_loss_gap_tool_on_real_twins_and_its_refusal(stdlib_run, fp32_twin, tmp_path):
     run = stdlib_run[0]

@@ -156,6 +156,7 @@ def test_grain_arrayrecord_trains_and_loss_falls(tmp_path):
     assert loss[-1] < 0.6 * loss[0], loss  # synthetic data would not fall like this: the text is learned
 
 
+@pytest.mark.soak
 @pytest.mark.integration
 def test_two_processes_read_different_shards(tmp_path):
     """Hugging Face pipeline, 8 parquet shards, 2 processes: each process's pipeline logs the shards it moves

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import losses, moekit
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
 STEPS = 5
 EP2 = [

@@ -159,7 +159,11 @@ def test_four_processes_check_the_expert_all_to_all(tmp_path):
 @pytest.mark.integration
 @pytest.mark.parametrize(
     "fault, said",
-    [("stop", "did not arrive at"), ("hang", "did not enter"), ("stop_early", "did not arrive at start")],
+    [
+        pytest.param("stop", "did not arrive at", marks=pytest.mark.soak),
+        ("hang", "did not enter"),
+        pytest.param("stop_early", "did not arrive at start", marks=pytest.mark.soak),
+    ],
 )
 def test_a_rank_that_stops_inside_the_check_is_named_within_the_bound(tmp_path, fault, said):
     """stop: rank 1 never reaches a collective (the others wait at the meeting); hang: it reaches it and never

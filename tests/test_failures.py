@@ -339,6 +339,7 @@ def test_training_on_a_full_disk_ends_and_records(small_disk):
     assert not list(run.glob(".manifest.json.*")), "a temporary file was left behind"
 
 
+@pytest.mark.soak
 @pytest.mark.integration
 def test_disk_full_at_a_checkpoint(tmp_path):
     """A 5 MB run directory: the first checkpoint (100 MB) fails; the evidence lies far above the log's tail."""

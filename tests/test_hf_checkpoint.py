@@ -70,7 +70,10 @@ def test_import_refuses_a_tensor_of_another_shape_naming_it(work):
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("family", "option"), [("deepseek3", "deepseek3_671b"), ("qwen3_moe", "qwen3_30b_a3b")])
+@pytest.mark.parametrize(
+    ("family", "option"),
+    [("deepseek3", "deepseek3_671b"), pytest.param("qwen3_moe", "qwen3_30b_a3b", marks=pytest.mark.soak)],
+)
 def test_step0_loss_of_a_run_from_the_import_is_the_reference_loss(family, option, work, tmp_path):
     ref, ckpt = imported(family, option, work)
     record = json.loads((ckpt / "moekit-import.json").read_text())
@@ -97,7 +100,10 @@ def test_step0_loss_of_a_run_from_the_import_is_the_reference_loss(family, optio
     assert losses(metrics.parent)[0] == pytest.approx(expected, rel=1e-5)
 
 
-@pytest.mark.parametrize(("family", "option"), [("qwen3_moe", "qwen3_30b_a3b"), ("deepseek3", "deepseek3_671b")])
+@pytest.mark.parametrize(
+    ("family", "option"),
+    [pytest.param("qwen3_moe", "qwen3_30b_a3b", marks=pytest.mark.soak), ("deepseek3", "deepseek3_671b")],
+)
 def test_import_then_export_gives_every_tensor_bit_for_bit(family, option, work):
     """deepseek3 carries the selection bias (MoEBiasVar, stacked on axis 0 of a scanned model, not the params'
     scan axis), which MaxText's to_huggingface alone cuts per expert."""

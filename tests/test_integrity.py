@@ -406,6 +406,7 @@ def to_the_end(command: list[str], run: Path, stops: list[Stop]) -> subprocess.C
     return last
 
 
+@pytest.mark.soak
 @pytest.mark.integration
 def test_resumed_run_has_every_step_once_and_the_reference_losses(reference, chain):
     run, stops, last, unplaced = chain
@@ -434,6 +435,7 @@ def test_resumed_run_has_every_step_once_and_the_reference_losses(reference, cha
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-3, (a, b)
 
 
+@pytest.mark.soak
 @pytest.mark.integration
 def test_resumed_run_measures_what_an_uninterrupted_run_measures(reference, chain, reference_after):
     run = chain[0]

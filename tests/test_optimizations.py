@@ -295,6 +295,7 @@ EQUIVALENT = [  # reference first: XLA ragged_dot grouped GEMM, full remat
 ]
 
 
+@pytest.mark.soak
 @pytest.mark.integration
 def test_smoke_losses_agree_under_each_cpu_toggle(tmp_path):
     common = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}"]

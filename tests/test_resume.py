@@ -161,6 +161,7 @@ def _docs_example() -> list[list[str]]:
     return [c[1:] for c in commands]
 
 
+@pytest.mark.soak
 @pytest.mark.integration
 def test_docs_resume_example_works_as_printed(tmp_path):
     """The example's relative run.dir, from a working directory of its own: killed after step 5 (once the

@@ -210,7 +210,7 @@ SMOKE_2 = (*TWO_PROCESS_OVERRIDES, "cluster.processes_per_node=2", "cluster.gpus
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("layout", ["per_process", "per_node"])
+@pytest.mark.parametrize("layout", [pytest.param("per_process", marks=pytest.mark.soak), "per_node"])
 def test_job_trains_like_the_local_two_process_run(slurm, tmp_path, local_two_process_run, layout):
     """Both task layouts: Slurm's environment gives the ranks, and the losses are the local run's."""
     job, info, out = _submit(slurm, tmp_path, *SMOKE_2, f"cluster.task_layout={layout}")

@@ -309,6 +309,7 @@ def test_te_gmm_wiring_cpu_routes_maxtexts_ragged_dot_and_keeps_the_losses(wirin
 BIASED = ["experiment=smoke", "model=gpt_oss_tiny", "train.steps=2", "precision=fp32"]
 
 
+@pytest.mark.soak
 @pytest.mark.integration
 def test_te_gmm_wiring_cpu_with_expert_biases_keeps_the_losses(tmp_path):
     runs = {}

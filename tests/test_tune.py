@@ -112,6 +112,7 @@ def test_a_candidate_of_another_model_is_refused_before_any_run(tmp_path):
     assert "Traceback" not in proc.stderr and not any(tmp_path.iterdir())
 
 
+@pytest.mark.soak
 @pytest.mark.integration
 def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path):
     """Real CPU trainings: the base (also the loss reference), an equivalent path, a learning rate 1000x
