@@ -218,3 +218,14 @@ def test_the_readme_draws_the_order():
     drawn = [tuple(r.replace("/", ".") for r in re.findall(r"`([\w/]+?)/`", rooms)) for _, rooms in rows]
     assert [int(n) for n, _ in rows] == list(range(1, len(rows) + 1))
     assert drawn[:-1] == list(FLOORS[:-2])  # the last row: cli.py, then __main__.py
+
+
+def test_commands_stay_thin():
+    """A command parses its arguments and passes the config down: its work lives in the rooms below (200 lines at
+    most; `commands/train.py` is the model)."""
+    long = {
+        p.name: n
+        for p in sorted((SRC / "moekit" / "commands").glob("*.py"))
+        if (n := len(p.read_text().splitlines())) > 200
+    }
+    assert not long, long
