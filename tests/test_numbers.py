@@ -86,14 +86,14 @@ def test_the_sampler_sees_a_busy_process_beside_the_run(monkeypatch):
     outside = subprocess.Popen(
         ["sh", "-c", f"{sys.executable} -c 'while True: pass' & echo $!"], stdout=subprocess.PIPE
     )
-    pid = int(outside.stdout.readline())  # orphaned to init: not in this process's tree
+    pid = int(outside.stdout.readline())
+    outside.wait()  # the shell gone, the loop is orphaned to init: not in this process's tree from the first sample
     try:
         sampler = host_load.Sampler(interval_s=0.2)
         with sampler.running():
             time.sleep(1.5)
     finally:
         subprocess.run(["kill", str(pid)], check=False)
-        outside.wait()
     got = sampler.result
     assert got is not None and got["samples"] >= 3 and got["cpus"] >= 1
     mine = [o for o in got["others"] if o["pid"] == pid]
