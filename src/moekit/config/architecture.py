@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from moekit.config.families import FAMILIES, Family
+
 # MaxText's decoder block for each Hugging Face model_type moekit has a family for.
 HF_FAMILIES = {
     "deepseek_v3": "deepseek",
@@ -42,11 +44,11 @@ _LLAMA31_SCALING = {
 
 def from_maxtext(v: Mapping[str, Any]) -> dict[str, Any]:
     """The architecture of the model MaxText builds from these resolved keys."""
-    block = v["decoder_block"]
+    f = FAMILIES[v["decoder_block"]]  # what this family's decoder reads (config/families.py)
     n = int(v["base_num_decoder_layers"])
-    if block == "deepseek":
+    if f.leading_dense:
         moe = [i >= int(v["first_num_dense_layers"]) for i in range(n)]
-    elif block == "llama4":
+    elif f.interleaved_moe:
         step = int(v["interleave_moe_layer_step"])
         moe = [(i + 1) % step == 0 for i in range(n)]
     else:
@@ -60,25 +62,25 @@ def from_maxtext(v: Mapping[str, Any]) -> dict[str, Any]:
         "experts": int(v["num_experts"]),
         "top_k": int(v["num_experts_per_tok"]),
         "expert_ffn": int(v["base_moe_mlp_dim"]),
-        "shared_experts": int(v["shared_experts"]) if block in ("deepseek", "llama4") else 0,
+        "shared_experts": int(v["shared_experts"]) if f.has_shared_experts else 0,
         "vocab": int(v["vocab_size"]),
         "tied_embeddings": bool(v["logits_via_embedding"]),
         "norm_eps": float(v["normalization_layer_epsilon"]),
         "activation": str(v["mlp_activations"][0]),
-        "activation_limit": float(v.get("mlp_activations_limit") or 0) if block == "gpt_oss" else None,
+        "activation_limit": float(v.get("mlp_activations_limit") or 0) if f.activation_limit else None,
         "attention_bias": bool(v["attention_bias"]) and v.get("attention_type") != "mla",
         "mlp_bias": bool(v["mlp_bias"]),
-        "qk_norm": bool(v["use_qk_norm"]) or block == "qwen3_moe",
+        "qk_norm": bool(v["use_qk_norm"]) or f.qk_norm_always,
         "attention_sinks": bool(v["attention_sink"]),
         "sliding_window": int(v["sliding_window_size"]) or None,
-        "sliding_layers": tuple(range(0, n, 2)) if block == "gpt_oss" else (),
-        "chunk_window": int(v["chunk_attn_window_size"]) or None if block == "llama4" else None,
-        "nope_layers": _every(n, int(v["nope_layer_interval"])) if block == "llama4" else (),
-        "temperature_tuning": bool(v["temperature_tuning"]) if block == "llama4" else False,
+        "sliding_layers": tuple(range(0, n, 2)) if f.sliding_every_other_layer else (),
+        "chunk_window": int(v["chunk_attn_window_size"]) or None if f.chunked_attention else None,
+        "nope_layers": _every(n, int(v["nope_layer_interval"])) if f.nope_layers else (),
+        "temperature_tuning": bool(v["temperature_tuning"]) if f.temperature_tuning else False,
     }
     if not all(moe):
         a["dense_ffn"] = int(v["base_mlp_dim"])
-    a |= _routing_maxtext(v, block)
+    a |= _routing_maxtext(v, f)
     a |= _attention_maxtext(v)
     a |= _rope_maxtext(v)
     return a
@@ -88,24 +90,21 @@ def _every(n: int, interval: int) -> tuple[int, ...]:
     return tuple(i for i in range(n) if interval > 0 and (i + 1) % interval == 0)
 
 
-def _routing_maxtext(v: Mapping[str, Any], block: str) -> dict[str, Any]:
+def _routing_maxtext(v: Mapping[str, Any], f: Family) -> dict[str, Any]:
     score = v["routed_score_func"]
-    if block == "deepseek":  # deepseek_scale_weights: sigmoid weights renormalized, then x routed_scaling_factor
+    # deepseek_scale_weights: sigmoid weights renormalized, then x routed_scaling_factor
+    if f.routing_weights == "deepseek_scaled":
         out = {"score": score, "normalize_topk": score == "sigmoid", "scale": float(v["routed_scaling_factor"])}
-    elif block == "llama4":  # top-1 logit through a sigmoid (llama4.py), nothing renormalized
+    elif f.routing_weights == "llama4_sigmoid_top1":  # top-1 logit through a sigmoid (llama4.py), nothing renormalized
         out = {"score": "sigmoid", "normalize_topk": False, "scale": 1.0}
     else:  # top-k of the logits, softmax over the k: the top-k weights of a softmax, renormalized
         out = {"score": "softmax" if score in ("", "softmax") else score, "normalize_topk": True, "scale": 1.0}
     groups = None
-    if (
-        block == "deepseek"
-        and int(v["n_routing_groups"]) != -1
-        and str(v["model_name"]).startswith(_GROUP_ROUTING_MODELS)
-    ):
+    if f.group_routing and int(v["n_routing_groups"]) != -1 and str(v["model_name"]).startswith(_GROUP_ROUTING_MODELS):
         groups = (int(v["n_routing_groups"]), int(v["topk_routing_group"]))
     out["routing_groups"] = groups
-    out["selection_bias"] = block == "deepseek" and bool(v["routed_bias"])  # bias for choosing only
-    out["router_bias"] = block != "deepseek" and bool(v["routed_bias"])  # bias on the logits the weights come from
+    out["selection_bias"] = f.selection_bias and bool(v["routed_bias"])  # bias for choosing only
+    out["router_bias"] = not f.selection_bias and bool(v["routed_bias"])  # bias on the logits the weights come from
     return out
 
 

@@ -2,14 +2,15 @@
 
 Each fact names the MaxText code it was read from (maxtext/configs/types.py validation, maxtext/layers/moe.py
 routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data, read by the
-family checks (config/checks/family.py). Adding a family (docs/extending.md): its conf/model options, its row here,
-the schema's choice (schema.DecoderBlock), its layout experiment and its line in docs/adapting.md;
-tests/test_families.py ties them.
+family checks (config/checks/family.py) and by the architecture read from MaxText's keys (config/architecture.py).
+Adding a family (docs/extending.md): its conf/model options, its row here, the schema's choice (schema.DecoderBlock),
+its layout experiment and its line in docs/adapting.md; tests/test_families.py ties them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +42,32 @@ class Family:
     decoders ignore that key."""
     dense_layers: str = ""
     """Where this family's dense layers come from instead, for the message refusing model.first_dense_layers."""
+    interleaved_moe: bool = False
+    """Every interleave_moe_layer_step-th layer is MoE, the others dense (llama4.py determine_is_moe_layer)."""
+    has_shared_experts: bool = False
+    """The decoder builds shared_experts always-on experts beside the routed ones; other decoders ignore the key."""
+    routing_weights: Literal["deepseek_scaled", "llama4_sigmoid_top1", "softmax"] = "softmax"
+    """How the chosen experts' weights are computed (moe.py get_topk): "deepseek_scaled" = deepseek_scale_weights
+    (routed_score_func's weights, renormalized when sigmoid, times routed_scaling_factor); "llama4_sigmoid_top1" = the
+    top logit through a sigmoid, nothing renormalized; "softmax" = softmax over the top-k logits."""
+    group_routing: bool = False
+    """Group-limited routing (n_routing_groups/topk_routing_group) runs for this decoder, for the model names in
+    GROUP_ROUTING_MODELS (moe.py get_topk deepseek_routing)."""
+    selection_bias: bool = False
+    """routed_bias is a bias for choosing experts only (loss-free balancing); other decoders add it to the logits the
+    weights come from."""
+    activation_limit: bool = False
+    """The expert MLP clamps its GLU at mlp_activations_limit (gpt-oss's clamped GLU); other decoders ignore it."""
+    qk_norm_always: bool = False
+    """The attention always normalizes q and k (Qwen3's q_norm/k_norm), whatever use_qk_norm says."""
+    sliding_every_other_layer: bool = False
+    """sliding_window_size applies to every other layer from the first (gpt_oss.py GPT_OSS_ATTENTION_PATTERN)."""
+    chunked_attention: bool = False
+    """The decoder reads chunk_attn_window_size: attention within chunks of that many tokens (llama4.py)."""
+    nope_layers: bool = False
+    """Every nope_layer_interval-th layer skips RoPE (llama4.py); other decoders ignore the key."""
+    temperature_tuning: bool = False
+    """The decoder reads temperature_tuning: attention temperature scaled with position (llama4.py)."""
     tiny: str
     """Its conf/model option small enough to train on CPU (tests/test_families.py trains each)."""
     layouts: tuple[str, ...]
@@ -67,6 +94,10 @@ FAMILIES: dict[str, Family] = {
                 "topk_routing_group",
             },
             leading_dense=True,
+            has_shared_experts=True,
+            routing_weights="deepseek_scaled",
+            group_routing=True,
+            selection_bias=True,
             tiny="deepseek2_tiny",
             layouts=("dsv3_baseline", "dsv2_lite_8gpu"),
         ),
@@ -76,6 +107,7 @@ FAMILIES: dict[str, Family] = {
             reads=COMMON | {"norm_topk_prob"},
             te_moe_block="MaxText refuses it: 'te_moe_block=True does not currently support norm_topk_prob=True' "
             "(Qwen3's routing)",
+            qk_norm_always=True,
             tiny="qwen3_moe_tiny",
             layouts=("qwen3_235b_64gpu",),
         ),
@@ -98,6 +130,8 @@ FAMILIES: dict[str, Family] = {
             te_moe_block="the TE MoE block would train another model: MaxText passes TE the activation name only, "
             "not gpt-oss's clamped GLU (x*sigmoid(1.702x)*(up+1), limit 7), and the router bias as a selection-only "
             "bias",
+            activation_limit=True,
+            sliding_every_other_layer=True,
             tiny="gpt_oss_tiny",
             layouts=("gpt_oss_120b_16gpu",),
         ),
@@ -110,6 +144,12 @@ FAMILIES: dict[str, Family] = {
             te_moe_block="MaxText refuses it: 'te_moe_block=True does not currently support Llama4 routing semantics'",
             dropless_only=("always", "Llama4 decoder has not been tested with capacity_factor >= 0"),
             dense_layers="Llama 4 interleaves dense and MoE layers: model.routing.interleave_moe_layer_step",
+            interleaved_moe=True,
+            has_shared_experts=True,
+            routing_weights="llama4_sigmoid_top1",
+            chunked_attention=True,
+            nope_layers=True,
+            temperature_tuning=True,
             tiny="llama4_tiny",
             layouts=("llama4_maverick_64gpu",),
         ),
