@@ -521,7 +521,9 @@ def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_r
             f"\nprofile=on: traced steps counted {inside:.2f}x and the run's step time {whole:.2f}x the untraced "
             f"steps' mean; tokens/s: this run {rates[0]:.1f}, plain {rates[1]:.1f}, sweep run 0 {rates[2]:.1f}"
         )
-        assert 1 / RATIO <= inside <= RATIO and 1 / RATIO <= whole <= RATIO, (inside, whole, times)
+        # What a counted trace edge does is slow the counted steps (3x+); three untraced steps are a short window,
+        # so the other side is held only to DRIFT.
+        assert 1 / DRIFT <= inside <= RATIO and 1 / DRIFT <= whole <= RATIO, (inside, whole, times)
         assert got["missing_steps"] == [] and got["steps"] == 10
         return
     print(f"\nsweep run 0: {member['tokens_per_s_per_device']:.1f} tokens/s over {member['counted_steps']}; plain "
