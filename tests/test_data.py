@@ -91,12 +91,23 @@ def test_maxtext_accepts_the_data_options():
         (["data=hf", "data.files=/d/x", "data.tokenizer_type=sentencepiece"], "AutoTokenizer"),
         (["data=hf", "data.files=/d/x", "data.workers=2"], "at most 1 worker"),
         (["data=grain", "data.files=/d/x", "data.tokenizer_type=tiktoken"], "contains 'tiktoken'"),
-        (["hardware=h200", "model.attention=cudnn_flash_te"], "data.max_segments_per_seq=32"),
+        (["hardware=h200", "model.attention=cudnn_flash_te", "data=grain", "data.files=/d/x"],
+         "data.max_segments_per_seq=32"),
+        (["hardware=h100", "maxtext.extra.attention=cudnn_flash_te", "data.max_segments_per_seq=4"],
+         "drop data.max_segments_per_seq"),
     ],
 )
 def test_data_refusals_name_the_fix(overrides, phrase):
     found = [str(p) for p in problems(compose("smoke", overrides))]
     assert any(phrase in p for p in found), found
+
+
+def test_te_attention_on_synthetic_rows_needs_no_segment_bound():
+    """Synthetic rows are one segment each unless a bound asks MaxText to pack them: TE's attention is right there
+    (docs/performance.md, "Attention parity"), so no bound is asked for."""
+    for attention in ("model.attention=cudnn_flash_te", "maxtext.extra.attention=cudnn_flash_te"):
+        found = [p for p in problems(compose("smoke", ["hardware=h200", attention])) if "segment" in p.what]
+        assert found == [], found
 
 
 # ---- checks where the files are seen ----

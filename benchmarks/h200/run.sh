@@ -8,6 +8,7 @@
 #   DEADLINE_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm,dense verify:<args file>
 #   bash benchmarks/h200/run.sh portability:qwen3,mixtral   portability:dsv2_lite/dense   (benchmarks/run_portability.py)
 #   bash benchmarks/h200/run.sh profile:tokamax,dense   profile:te_gmm:moe=te_gmm   (step-time breakdowns)
+#   bash benchmarks/h200/run.sh te:.te_gmm attention   (attention kernels against fp32: benchmarks/attention_parity.py)
 #   bash benchmarks/h200/run.sh fabric:dsv3_proxy_h200   (the fabric phase alone, nothing trained)
 #   PRESET_TIMEOUT_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm_text   (then, in a second call:)
 #   PRESET_TIMEOUT_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm_fp8_text lossgap:te_gmm_fp8_text,te_gmm_text
@@ -93,6 +94,15 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
 " >> "$OUT/te.txt" 2>&1; rc=$?; log "te import rc=$rc"; [ $rc = 0 ] || { tail -30 "$OUT/te.txt"; exit 1; }
       # moe=te_gmm's grouped GEMM (bf16 and FP8, forward and gradients) against XLA's ragged_dot, before any training.
       timeout 240 python3 benchmarks/te_h200/check_te_gmm.py >> "$OUT/te.txt" 2>&1; log "te_gmm check rc=$?" ;;
+    attention)
+      # Layer-level parity of MaxText's attention kernels against fp32 (benchmarks/attention_parity.py): after `te`
+      # for cudnn_flash_te. $arg: extra arguments joined by + (--layouts=bshd+--shapes=mla); none: the full table.
+      IFS=+ read -ra aargs <<< "$arg"
+      timeout "$(bound "${ATTENTION_TIMEOUT:-300}")" python3 benchmarks/attention_parity.py --out /tmp/attention \
+        "${aargs[@]}" > "$OUT/attention.txt" 2>&1
+      log "attention parity rc=$?"; cp /tmp/attention/attention_parity.json "$OUT/" 2>/dev/null
+      # The upstream reproduction docs/performance.md prints (rc 1: TE attends only the first segment's queries)
+      timeout 120 python3 benchmarks/te_dense_mask_repro.py >> "$OUT/attention.txt" 2>&1; log "te dense-mask repro rc=$?" ;;
     verify)
       # $arg: a file of `moekit verify` arguments, one per line
       mapfile -t vargs < "$arg"

@@ -82,16 +82,25 @@ def data_source_complete(cfg: Config) -> Iterator[Problem]:
         )
 
 
-def packing_with_te_attention(cfg: Config) -> Iterator[Problem]:
-    """cudnn_flash_te on packed sequences (one process per node) needs a bound on the documents per sequence, or
-    MaxText refuses it."""
+def segments_with_te_attention(cfg: Config) -> Iterator[Problem]:
+    """cudnn_flash_te keeps tokens inside their segment only where MaxText hands it segment ids (THD: packed files);
+    on synthetic rows it gets a dense mask, which TE reduces to one length per row (docs/performance.md, "Attention
+    parity"). So: packed files need a bound on the documents per sequence (MaxText refuses them without one), and
+    synthetic rows must stay one segment each (a bound >= 2 makes MaxText's synthetic rows packed)."""
     attention = cfg.maxtext.extra.get("attention", cfg.model.attention)
-    if (
-        cfg.maxtext_hardware == "gpu"
-        and attention == "cudnn_flash_te"
-        and cfg.data.packing
-        and cfg.data.max_segments_per_seq <= 0
-    ):
+    d = cfg.data
+    if cfg.maxtext_hardware != "gpu" or attention != "cudnn_flash_te" or not d.packing:
+        return
+    if d.dataset_type == "synthetic" and d.max_segments_per_seq >= 2:
+        yield Problem(
+            "data.max_segments_per_seq",
+            f"attention=cudnn_flash_te on synthetic data with data.max_segments_per_seq={d.max_segments_per_seq}: "
+            "MaxText then splits each synthetic row into up to that many segments and hands TE a dense segment "
+            "mask, which TE reduces to the first segment's length; the other tokens' attention output is zero "
+            "(measured at layer level: docs/performance.md, \"Attention parity\"), a different model",
+            "drop data.max_segments_per_seq (synthetic rows are then one segment each), or data.packing=false",
+        )
+    elif d.dataset_type != "synthetic" and d.max_segments_per_seq <= 0:
         yield Problem(
             "data.max_segments_per_seq",
             "attention=cudnn_flash_te with packed sequences on one process per node: MaxText refuses it without a "
