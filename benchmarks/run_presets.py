@@ -82,23 +82,26 @@ PRESETS: dict[str, tuple[list[str], str]] = {
         "te_gmm_fp8_dense + remat_policy=minimal",
     ),
     # The one-GPU goals (docs/performance.md, "Goals"): batch 10 with TE's fused attention on synthetic rows of one
-    # segment each (no data.max_segments_per_seq: with it MaxText splits synthetic rows into segments that TE's
-    # dense-mask path reduces to the first one; docs/performance.md, "Attention parity"). te_gmm_b10 is their
-    # loss-check reference: the same batch on cudnn_flash_jax, which computes this causal attention as fp32 does.
+    # segment each (data.max_segments_per_seq=1: a bound >= 2 makes MaxText split synthetic rows into segments that
+    # TE's dense-mask path reduces to the first one; docs/performance.md, "Attention parity"). te_gmm_b10 is their
+    # loss-check reference: the same batch on cudnn_flash_jax.
     "te_gmm_b10": (
         ["moe=te_gmm", "train.per_device_batch_size=10"],
         "moe=te_gmm bf16, batch 10, cuDNN flash attention through JAX: the goal rows' reference",
     ),
     "te_gmm_te_attn_b10": (
-        ["moe=te_gmm", "train.per_device_batch_size=10", "maxtext.extra.attention=cudnn_flash_te"],
+        ["moe=te_gmm", "train.per_device_batch_size=10", "maxtext.extra.attention=cudnn_flash_te",
+         "data.max_segments_per_seq=1"],
         "moe=te_gmm bf16, batch 10, TE's fused attention (cudnn_flash_te), one segment per row",
     ),
     "te_gmm_fp8_te_attn_b10": (
-        ["moe=te_gmm", "precision=fp8", "train.per_device_batch_size=10", "maxtext.extra.attention=cudnn_flash_te"],
+        ["moe=te_gmm", "precision=fp8", "train.per_device_batch_size=10", "maxtext.extra.attention=cudnn_flash_te",
+         "data.max_segments_per_seq=1"],
         "moe=te_gmm FP8 (expert and dense GEMMs), batch 10, TE's fused attention, one segment per row",
     ),
     "te_gmm_fp8_te_attn_b14": (
-        ["moe=te_gmm", "precision=fp8", "train.per_device_batch_size=14", "maxtext.extra.attention=cudnn_flash_te"],
+        ["moe=te_gmm", "precision=fp8", "train.per_device_batch_size=14", "maxtext.extra.attention=cudnn_flash_te",
+         "data.max_segments_per_seq=1"],
         "moe=te_gmm FP8, batch 14, TE's fused attention, one segment per row",
     ),
 }

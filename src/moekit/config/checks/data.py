@@ -85,25 +85,27 @@ def data_source_complete(cfg: Config) -> Iterator[Problem]:
 def segments_with_te_attention(cfg: Config) -> Iterator[Problem]:
     """cudnn_flash_te keeps tokens inside their segment only where MaxText hands it segment ids (THD: packed files);
     on synthetic rows it gets a dense mask, which TE reduces to one length per row (docs/performance.md, "Attention
-    parity"). So: packed files need a bound on the documents per sequence (MaxText refuses them without one), and
-    synthetic rows must stay one segment each (a bound >= 2 makes MaxText's synthetic rows packed)."""
+    parity"). MaxText asks for a bound on the segments per row with packing on one process per node; on synthetic
+    rows a bound >= 2 makes MaxText split each row into segments, so the bound there is 1."""
     attention = cfg.maxtext.extra.get("attention", cfg.model.attention)
     d = cfg.data
-    if cfg.maxtext_hardware != "gpu" or attention != "cudnn_flash_te" or not d.packing:
+    if cfg.hardware.platform != "gpu" or attention != "cudnn_flash_te" or not d.packing:
         return
-    if d.dataset_type == "synthetic" and d.max_segments_per_seq >= 2:
+    synthetic = d.dataset_type == "synthetic"
+    if synthetic and d.max_segments_per_seq >= 2:
         yield Problem(
             "data.max_segments_per_seq",
             f"attention=cudnn_flash_te on synthetic data with data.max_segments_per_seq={d.max_segments_per_seq}: "
             "MaxText then splits each synthetic row into up to that many segments and hands TE a dense segment "
             "mask, which TE reduces to the first segment's length; the other tokens' attention output is zero "
             "(measured at layer level: docs/performance.md, \"Attention parity\"), a different model",
-            "drop data.max_segments_per_seq (synthetic rows are then one segment each), or data.packing=false",
+            "data.max_segments_per_seq=1 (one segment per synthetic row)",
         )
-    elif d.dataset_type != "synthetic" and d.max_segments_per_seq <= 0:
+    elif cfg.maxtext_hardware == "gpu" and d.max_segments_per_seq <= 0:
         yield Problem(
             "data.max_segments_per_seq",
-            "attention=cudnn_flash_te with packed sequences on one process per node: MaxText refuses it without a "
-            "bound on the documents per sequence",
-            "data.max_segments_per_seq=32, or data.packing=false",
+            "attention=cudnn_flash_te with packing on one process per node: MaxText refuses it without a bound on "
+            "the segments per row",
+            "data.max_segments_per_seq=1 (one segment per synthetic row)" if synthetic
+            else "data.max_segments_per_seq=32, or data.packing=false",
         )
