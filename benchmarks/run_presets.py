@@ -99,6 +99,11 @@ PRESETS: dict[str, tuple[list[str], str]] = {
          "data.max_segments_per_seq=1"],
         "moe=te_gmm FP8 (expert and dense GEMMs), batch 10, TE's fused attention, one segment per row",
     ),
+    "te_gmm_te_attn_b10_offload": (
+        ["moe=te_gmm", "train.per_device_batch_size=10", "maxtext.extra.attention=cudnn_flash_te",
+         "data.max_segments_per_seq=1", "memory=offload_blog"],
+        "te_gmm_te_attn_b10 + the blog's remat/offload policy (expert up-projections to host, the rest kept)",
+    ),
     "te_gmm_fp8_te_attn_b14": (
         ["moe=te_gmm", "precision=fp8", "train.per_device_batch_size=14", "maxtext.extra.attention=cudnn_flash_te",
          "data.max_segments_per_seq=1"],
