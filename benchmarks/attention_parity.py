@@ -273,7 +273,8 @@ def table(result: dict, loss_checks: dict[str, str]) -> str:
     ]
     for r in result["rows"]:
         key = f"{r['kernel']}/{r['shape']}/{r['layout']}"
-        dims = "MLA 128 heads, q/k 192, v 128" if r["shape"] == "mla" else "GQA 64/8 heads, 128"
+        hq, hkv, dqk, dv = r["dims"]
+        dims = f"{r['shape']}: heads {hq}/{hkv}, q/k {dqk}, v {dv}"
         if r["status"] == "error":
             cells = ["error"] * 4 + ["-", r["error"][:60].replace("|", "/")]
         else:
