@@ -214,7 +214,7 @@ def main() -> int:
     p.add_argument("--device", default=run_presets.DEVICE, help="with --record: the card the rows ran on")
     a = p.parse_args()
     if a.record:
-        print(f"recorded into {record(a.record, a.doc, a.section, a.device)}")
+        print(f"recorded into {record(a.record, a.doc, a.section, a.device)} (next: scripts/performance_docs.py)")
         return 0
     families = [f for f in a.families.split(",") if f]
     unknown = [f for f in families if f not in FAMILIES] + [

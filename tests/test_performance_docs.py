@@ -103,7 +103,7 @@ def test_record_writes_the_page_that_holds_its_section_and_refuses_an_ambiguous_
     after = {p.name: p.read_text() for p in (tree / "performance").glob("*.md")}
     assert [n for n in before if before[n] != after[n]] == [page.name] and "| qwen3 |" in after[page.name]
     (tree / "performance" / "copy.md").write_text(begin + "\n")
-    with pytest.raises(SystemExit, match="exactly one page"):
+    with pytest.raises(SystemExit, match="stands on 2 pages"):
         run_presets.doc_for(begin, tree)
-    with pytest.raises(SystemExit, match="no page"):
+    with pytest.raises(SystemExit, match="stands on no page"):
         run_presets.doc_for("<!-- BEGIN presets nowhere (benchmarks/run_presets.py --record) -->", tree)
