@@ -2,7 +2,7 @@
 
     python benchmarks/run_portability.py --dry-run [--families qwen3,mixtral] [--rows dense,tokamax] [--row N='O']
     python benchmarks/run_portability.py --out DIR [--families ...] [--rows ...] [--row te_gmm='moe=te_gmm'] [--steps N]
-    python benchmarks/run_portability.py --record DIR/portability.json [MORE.json]   # table -> docs/performance.md
+    python benchmarks/run_portability.py --record DIR/portability.json [MORE.json]   # table -> its page
     python benchmarks/run_portability.py --record DIR/portability.json --section NAME   # a table of its own
     (a family in several files: its rows are merged, the first file's baseline row stays the baseline)
 
@@ -187,11 +187,14 @@ def merge(parts: list[dict]) -> dict:
     return results
 
 
-def record(paths: list[Path], doc: Path, section: str = "", device: str = run_presets.DEVICE) -> None:
-    """The merged table of `paths` into the doc's portability section (or the named one of its own)."""
+def record(paths: list[Path], doc: Path | None = None, section: str = "", device: str = run_presets.DEVICE) -> Path:
+    """The merged table of `paths` into the portability section (or the named one of its own) of `doc`, by default
+    the page holding that section. Returns the page written."""
     results = merge([json.loads(p.read_text()) for p in paths])
     marks = run_presets.markers(section, "portability", "run_portability.py")
+    doc = doc or run_presets.doc_for(marks[0])
     doc.write_text(run_presets._fill(doc.read_text(), *marks, table(results, device), doc))
+    return doc
 
 
 def main() -> int:
@@ -206,12 +209,12 @@ def main() -> int:
     p.add_argument("--timeout-s", type=float, default=180, help="per run")
     p.add_argument("--dry-run", action="store_true", help="compose, check and estimate every run; launch nothing")
     p.add_argument("--record", type=Path, nargs="+", help="portability.json file(s) to render into --doc")
-    p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
+    p.add_argument("--doc", type=Path, help="the page to write (default: the page holding the section)")
     p.add_argument("--section", default="", help="with --record: fill the table of this name, not the main one")
     p.add_argument("--device", default=run_presets.DEVICE, help="with --record: the card the rows ran on")
     a = p.parse_args()
     if a.record:
-        record(a.record, a.doc, a.section, a.device)
+        print(f"recorded into {record(a.record, a.doc, a.section, a.device)} (next: scripts/performance_docs.py)")
         return 0
     families = [f for f in a.families.split(",") if f]
     unknown = [f for f in families if f not in FAMILIES] + [

@@ -3,7 +3,7 @@
     python benchmarks/run_presets.py --out DIR [--presets a,b] [--row NAME='OVERRIDES' ...] [--steps N] [--timeout-s S]
         [--append]
     python benchmarks/run_presets.py --out DIR --presets tokamax,dense --profile --baseline tokamax   # breakdowns
-    python benchmarks/run_presets.py --record DIR/presets.json [MORE.json]   # table -> docs/performance.md
+    python benchmarks/run_presets.py --record DIR/presets.json [MORE.json]   # table -> its page
     python benchmarks/run_presets.py --record DIR/presets.json --section NAME   # a table of its own (another session)
 
 A preset is a name from PRESETS or NAME:OVERRIDE+OVERRIDE for one not listed (te_gmm:moe=te_gmm). With --profile
@@ -456,21 +456,34 @@ def markers(section: str = "", kind: str = "presets", script: str = "run_presets
     return f"<!-- BEGIN {name} (benchmarks/{script} --record{flag}) -->", f"<!-- END {name} -->"
 
 
-def record(results_paths: list[Path], doc: Path, section: str = "", device: str = DEVICE) -> None:
-    """The presets table, or (for results of --profile runs) the breakdown table, into its section of `doc`. A
-    breakdown section of its own takes the results of several experiments (one row each)."""
-    text = doc.read_text()
-    if section:
-        runs = [json.loads(p.read_text()) for p in results_paths]
-        if all(profile_table(r) for r in runs):
-            doc.write_text(_fill(text, *markers(section, "profile"), profile_table(runs, device), doc))
-            return
-    results = merged(results_paths)
-    profiles = profile_table(results, device)
-    if profiles:
-        doc.write_text(_fill(text, PROFILE_BEGIN, PROFILE_END, profiles, doc))
+def doc_for(begin_mark: str, docs: Path = REPO / "docs") -> Path:
+    """The page that holds a recorded table's section: docs/performance.md (the index) or one of docs/performance/
+    (one page per campaign); each section stands on exactly one (tests/test_performance_docs.py)."""
+    pages = [docs / "performance.md", *sorted((docs / "performance").glob("*.md"))]
+    found = [p for p in pages if p.is_file() and begin_mark in p.read_text()]
+    if not found:
+        raise SystemExit(f"{begin_mark} stands on no page of {docs}/performance.md or {docs}/performance/: add it, and "
+                         "its END line, to the page the table belongs on")
+    if len(found) > 1:
+        raise SystemExit(f"{begin_mark} stands on {len(found)} pages ({', '.join(map(str, found))}): keep it on one")
+    return found[0]
+
+
+def record(results_paths: list[Path], doc: Path | None = None, section: str = "", device: str = DEVICE) -> Path:
+    """The presets table, or (for results of --profile runs) the breakdown table, into its section of `doc` (by
+    default the page holding that section). A breakdown section of its own takes the results of several experiments
+    (one row each). Returns the page written."""
+    runs = [json.loads(p.read_text()) for p in results_paths]
+    if section and all(profile_table(r) for r in runs):
+        marks, body = markers(section, "profile"), profile_table(runs, device)
     else:
-        doc.write_text(_fill(text, *markers(section), table(results, device), doc))
+        results = merged(results_paths)
+        profiles = profile_table(results, device)
+        main = ((PROFILE_BEGIN, PROFILE_END), profiles) if profiles else (markers(section), table(results, device))
+        marks, body = main
+    doc = doc or doc_for(marks[0])
+    doc.write_text(_fill(doc.read_text(), *marks, body, doc))
+    return doc
 
 
 def main() -> int:
@@ -488,12 +501,12 @@ def main() -> int:
     p.add_argument("--timeout-s", type=float, default=180, help="per preset")
     p.add_argument("--experiment", default=EXPERIMENT)
     p.add_argument("--record", type=Path, nargs="+", help="presets.json file(s) of one session to render into --doc")
-    p.add_argument("--doc", type=Path, default=REPO / "docs" / "performance.md")
+    p.add_argument("--doc", type=Path, help="the page to write (default: the page holding the section)")
     p.add_argument("--section", default="", help="with --record: fill the presets table of this name, not the main one")
     p.add_argument("--device", default=DEVICE, help=f"with --record: the card ({', '.join(DATASHEETS)})")
     a = p.parse_args()
     if a.record:
-        record(a.record, a.doc, a.section, a.device)
+        print(f"recorded into {record(a.record, a.doc, a.section, a.device)} (next: scripts/performance_docs.py)")
         return 0
     if not a.out:
         p.error("--out is required to run")

@@ -6,7 +6,7 @@
 Each page follows one skeleton (what it reproduces, hardware and image, data, the commands, a sample log line, MFU
 and its peak, expected numbers, troubleshooting, clean-up). Every value on it comes from moekit's composition of the
 experiment (config, checks, `moekit plan`), from the committed files named beside it (Dockerfile, k8s/,
-docs/performance.md, benchmarks/ results), or from the samples below with their provenance: nothing is typed twice,
+docs/performance/, benchmarks/ results), or from the samples below with their provenance: nothing is typed twice,
 so a page cannot drift from its experiment (tests/test_recipes.py fails when one is stale).
 """
 
@@ -29,6 +29,9 @@ from moekit.config.compose import config_dir, group_options
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.render.jobset import DIGEST_HOWTO
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import performance_docs  # noqa: E402  (scripts/ is no package: the page helpers beside this file)
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "recipes"
@@ -107,9 +110,14 @@ def _peak(cfg: Config) -> tuple[str, float | None]:
 
 
 def _measured(name: str) -> list[str]:
-    """docs/performance.md's tables about the experiment: whole, when their provenance line runs it or they open a
-    section named after it; else only their rows that name it. Each with its section's link and provenance line."""
-    lines = (REPO / "docs" / "performance.md").read_text().splitlines()
+    """The measured tables about the experiment, from the pages of docs/performance/ (the index only copies some)."""
+    return [line for page in performance_docs.pages() for line in _measured_on(page, name)]
+
+
+def _measured_on(page: Path, name: str) -> list[str]:
+    """One page's tables about the experiment: whole, when their provenance line runs it or they open a section
+    named after it; else only their rows that name it. Each with its section's link and provenance line."""
+    lines = page.read_text().splitlines()
     runs_it = re.compile(rf"experiment={re.escape(name)}(?![\w])")
     names_it = re.compile(rf"(?<![\w`]){re.escape(name)}(?![\w])")
     out: list[str] = []
@@ -133,7 +141,8 @@ def _measured(name: str) -> list[str]:
             whole = named or bool(runs_it.search(said))
             rows = lines[i + 2 : j] if whole else [r for r in lines[i + 2 : j] if f"`{name}`" in r]
             if rows:
-                out += ["", f"Measured, from docs/performance.md, [{heading}](../performance.md#{_anchor(heading)}):"]
+                where = f"../performance/{page.name}#{performance_docs.anchor(heading)}"
+                out += ["", f"Measured, from docs/performance/{page.name}, [{heading}]({where}):"]
                 out += ["", f"> {said}"] if said else []
                 out += ["", lines[i], lines[i + 1], *rows]
             named = False
@@ -141,11 +150,6 @@ def _measured(name: str) -> list[str]:
             continue
         i += 1
     return out
-
-
-def _anchor(heading: str) -> str:
-    """GitHub's anchor of a markdown heading: lower case, spaces as '-', punctuation but '_' and '-' dropped."""
-    return re.sub(r"[^a-z0-9 _-]", "", heading.lower()).replace(" ", "-")
 
 
 def _commands(cfg: Config, name: str) -> list[str]:
@@ -219,7 +223,7 @@ def _sample(cfg: Config) -> list[str]:
 
 
 def _expected(cfg: Config, name: str, p: dict[str, Any]) -> list[str]:
-    """The experiment's expected numbers (published or measured), docs/performance.md's measured tables about it,
+    """The experiment's expected numbers (published or measured), docs/performance/'s measured tables about it,
     and only where there is neither, the plan's figures as a forecast."""
     out: list[str] = []
     e = cfg.expect

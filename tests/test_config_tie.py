@@ -17,20 +17,10 @@ import pytest
 from conftest import REPO, compose
 from moekit.base.maxtext_files import model_values
 from moekit.config.architecture import differences, from_hf, from_maxtext
+from moekit.config.families import FAMILIES
 from moekit.plan import resolved_values
 
-FULL_SIZE = [
-    "deepseek3_671b",
-    "deepseek2_16b",
-    "qwen3_30b_a3b",
-    "qwen3_235b_a22b",
-    "mixtral_8x7b",
-    "mixtral_8x22b",
-    "gpt_oss_20b",
-    "gpt_oss_120b",
-    "llama4_scout",
-    "llama4_maverick",
-]
+FULL_SIZE = [p.option for f in FAMILIES.values() for p in f.full_size]  # the family rows name them
 
 # Meta's Llama 4 text_config values, each with where it was checked. meta-llama's Hugging Face repositories are gated,
 # so the values are read from public copies of them and from the script that wrote them:

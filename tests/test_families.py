@@ -47,6 +47,11 @@ def test_the_schema_choices_are_the_rows():
 def test_every_model_option_is_of_a_family_and_every_family_has_its_files():
     blocks = {m: compose("smoke", [f"model={m}"]).model.decoder_block for m in MODELS}
     assert set(blocks.values()) == set(FAMILIES)
+    # Each option is named once by its family's row: the tiny one, a reduced one, or a published full-size model.
+    options = {f.decoder_block: (f.tiny, *f.reduced, *(p.option for p in f.full_size)) for f in FAMILIES.values()}
+    named = [(o, block) for block, opts in options.items() for o in opts]
+    assert sorted(o for o, _ in named) == sorted(MODELS), "a conf/model option missing from (or extra in) the rows"
+    assert dict(named) == blocks
     experiments = group_options("experiment")
     for f in FAMILIES.values():
         assert blocks.get(f.tiny) == f.decoder_block, f.decoder_block
@@ -63,6 +68,19 @@ def test_the_adapting_guide_has_a_line_per_family():
     for f in FAMILIES.values():
         mine = " ".join(ln for ln in rows if f"(`{f.decoder_block}`)" in ln)
         assert all(name in mine for name in (f.tiny, *f.layouts)), f.decoder_block
+
+
+def test_the_hugging_face_side_is_the_rows():
+    """architecture.HF_FAMILIES, the parity references and tests/reference/hf_tiny.py's configs are the rows' hf."""
+    hf = [(h, f) for f in FAMILIES.values() for h in f.hf]
+    assert HF_FAMILIES == {h.model_type: f.decoder_block for h, f in hf}
+    tiny_source = (REPO / "tests" / "reference" / "hf_tiny.py").read_text()
+    configs = set(re.findall(r'^    "(\w+)": _COMMON$|^CONFIGS\["(\w+)"\] = ', tiny_source, flags=re.M))
+    assert {a or b for a, b in configs} == {h.tiny for h, _ in hf if h.tiny}
+    for h, f in hf:
+        assert h.option in {"", *(p.option for p in f.full_size)}, h
+        assert bool(h.tiny) == bool(h.option), h
+        assert h.tiny is None or f'"model_type": "{h.model_type}"' in tiny_source, h
 
 
 def test_no_module_tells_families_apart_by_name():
@@ -86,18 +104,9 @@ def test_model_option_routing_is_maxtexts(option):
         assert value == maxtext[key], (option, key)
 
 
-# Totals of the full-size options, from each model's card (published), against moekit plan's count.
-PUBLISHED_PARAMS = {
-    "qwen3_235b_a22b": 235e9,  # Qwen3 technical report: 235B total, 22B active
-    "qwen3_30b_a3b": 30.5e9,  # Qwen3-30B-A3B model card: 30.5B total
-    "mixtral_8x22b": 141e9,  # Mistral AI, Mixtral 8x22B announcement: 141B total, 39B active
-    "mixtral_8x7b": 46.7e9,  # Mixtral of Experts (arXiv 2401.04088): 47B total
-    "deepseek2_16b": 15.7e9,  # DeepSeek-V2-Lite model card: 15.7B total, 2.4B active
-    "gpt_oss_120b": 117e9,  # OpenAI gpt-oss model card: 117B total, 5.1B active
-    "gpt_oss_20b": 21e9,  # OpenAI gpt-oss model card: 21B total
-    "llama4_maverick": 400e9,  # Meta Llama 4 model card: 400B total, 17B active
-    "llama4_scout": 109e9,  # Meta Llama 4 model card: 109B total
-}
+# Totals of the full-size options, from each model's card (published, the family rows' full_size), against moekit
+# plan's count.
+PUBLISHED_PARAMS = {p.option: p.total_params for f in FAMILIES.values() for p in f.full_size}
 
 
 @pytest.mark.parametrize("option", sorted(PUBLISHED_PARAMS))

@@ -31,6 +31,7 @@ from moekit.config.checks import problems
 from moekit.config.schema import Config
 from moekit.render import compose as compose_target
 from moekit.render import document, jobset, slurm
+from test_jobset_emulation import expand as kube_expand  # Kubernetes' $(VAR) expansion, emulated once
 
 CANARY = "/tmp/moekit-hostile-canary"
 HOSTILE = [
@@ -261,23 +262,6 @@ def _all_free_text(target: str, value: str) -> tuple[Config, list[str]]:
             tree = trial
             overrides.append(_override(path, kind, tagged))
     return Config.model_validate(tree), overrides
-
-
-def kube_expand(text: str, env: dict[str, str]) -> str:
-    """What Kubernetes makes of command, args and env values: $$ is $, $(NAME) a defined variable's value."""
-    out, i = [], 0
-    while i < len(text):
-        if text.startswith("$$", i):
-            out.append("$")
-            i += 2
-        elif text.startswith("$(", i) and ")" in text[i + 2 :]:
-            end = text.index(")", i + 2)
-            out.append(env.get(text[i + 2 : end], text[i : end + 1]))
-            i = end + 1
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
 
 
 @pytest.mark.parametrize("value", PRINTABLE, ids=[repr(v)[:24] for v in PRINTABLE])

@@ -18,15 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from moekit.config.families import FAMILIES as FAMILY_ROWS
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 REF_PY = REPO / ".venv-ref" / "bin" / "python"
-FAMILIES = {  # hf_tiny family -> (model option, reference class)
-    "deepseek3": ("deepseek3_671b", "DeepseekV3ForCausalLM"),
-    "deepseek2": ("deepseek2_16b", "DeepseekV2ForCausalLM"),
-    "qwen3_moe": ("qwen3_30b_a3b", "Qwen3MoeForCausalLM"),
-    "mixtral": ("mixtral_8x7b", "MixtralForCausalLM"),
-    "gpt_oss": ("gpt_oss_20b", "GptOssForCausalLM"),
+FAMILIES = {  # hf_tiny family -> (model option, reference class), from the family rows' Hugging Face side
+    h.tiny: (h.option, h.reference_class) for f in FAMILY_ROWS.values() for h in f.hf if h.tiny
 }
 BACKENDS = ("dense", "ragged_dot")
 TOLERANCE = 1e-4  # max |diff| relative to the logits' scale (max |logit|), fp32

@@ -4,13 +4,40 @@ Each fact names the MaxText code it was read from (maxtext/configs/types.py vali
 routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data, read by the
 family checks (config/checks/family.py) and by the architecture read from MaxText's keys (config/architecture.py).
 Adding a family (docs/extending.md): its conf/model options, its row here, the schema's choice (schema.DecoderBlock),
-its layout experiment and its line in docs/adapting.md; tests/test_families.py ties them.
+its layout experiment and its line in docs/adapting.md; tests/test_families.py ties them. The tests' lists of
+full-size models, published parameter counts and Hugging Face parity references are read from the rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Published:
+    """A full-size conf/model option of the family: the published model it is."""
+
+    option: str
+    """The conf/model option (tests/test_config_tie.py compares its architecture with the published config)."""
+    total_params: float
+    """Total parameters as published (tests/test_families.py: moekit plan's count within 4%)."""
+    source: str
+    """Where total_params is published."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HfModel:
+    """One Hugging Face model_type of the family, and the tiny reference its logits parity runs on."""
+
+    model_type: str
+    """transformers' config.model_type (config/architecture.py HF_FAMILIES maps it to this family)."""
+    reference_class: str
+    """The transformers class the parity test compares logits with (tests/reference/parity.py)."""
+    tiny: str | None = None
+    """The config name in tests/reference/hf_tiny.py; None = no parity row (the reason is parity.py's)."""
+    option: str = ""
+    """The full-size conf/model option the tiny reference is imported as (its MaxText model name)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,6 +99,13 @@ class Family:
     """Its conf/model option small enough to train on CPU (tests/test_families.py trains each)."""
     layouts: tuple[str, ...]
     """Its conf/experiment files laying a full-size model out on a cluster (each climbs the shared ladder)."""
+    reduced: tuple[str, ...]
+    """Its other conf/model options that are no published model: the one-GPU proxies (full layer widths, few layers
+    and experts: the *_proxy_h200 experiments) and any further tiny one (deepseek3_tiny, the smoke model's)."""
+    full_size: tuple[Published, ...]
+    """Its conf/model options of published models; with tiny and reduced, every option of the family."""
+    hf: tuple[HfModel, ...]
+    """Its Hugging Face model types (checkpoint import, logits parity)."""
 
 
 # Keys every decoder reads through the shared router (moe.py GateLogit and get_topk).
@@ -100,6 +134,19 @@ FAMILIES: dict[str, Family] = {
             selection_bias=True,
             tiny="deepseek2_tiny",
             layouts=("dsv3_baseline", "dsv2_lite_8gpu"),
+            reduced=("deepseek3_tiny", "deepseek3_proxy", "deepseek2_proxy"),
+            full_size=(
+                Published(option="deepseek3_671b", total_params=671e9, source="DeepSeek-V3 technical report "
+                          "(arXiv 2412.19437): 671B total, 37B active"),
+                Published(option="deepseek2_16b", total_params=15.7e9, source="DeepSeek-V2-Lite model card: "
+                          "15.7B total, 2.4B active"),
+            ),
+            hf=(
+                HfModel(model_type="deepseek_v3", reference_class="DeepseekV3ForCausalLM", tiny="deepseek3",
+                        option="deepseek3_671b"),
+                HfModel(model_type="deepseek_v2", reference_class="DeepseekV2ForCausalLM", tiny="deepseek2",
+                        option="deepseek2_16b"),
+            ),
         ),
         Family(
             decoder_block="qwen3_moe",
@@ -110,6 +157,16 @@ FAMILIES: dict[str, Family] = {
             qk_norm_always=True,
             tiny="qwen3_moe_tiny",
             layouts=("qwen3_235b_64gpu",),
+            reduced=("qwen3_moe_proxy",),
+            full_size=(
+                Published(option="qwen3_30b_a3b", total_params=30.5e9, source="Qwen3-30B-A3B model card: 30.5B total"),
+                Published(option="qwen3_235b_a22b", total_params=235e9, source="Qwen3 technical report: 235B total, "
+                          "22B active"),
+            ),
+            hf=(
+                HfModel(model_type="qwen3_moe", reference_class="Qwen3MoeForCausalLM", tiny="qwen3_moe",
+                        option="qwen3_30b_a3b"),
+            ),
         ),
         Family(
             decoder_block="mixtral",
@@ -117,6 +174,17 @@ FAMILIES: dict[str, Family] = {
             reads=COMMON | {"norm_topk_prob"},
             tiny="mixtral_tiny",
             layouts=("mixtral_8x22b_32gpu",),
+            reduced=("mixtral_proxy",),
+            full_size=(
+                Published(option="mixtral_8x7b", total_params=46.7e9, source="Mixtral of Experts (arXiv 2401.04088): "
+                          "47B total"),
+                Published(option="mixtral_8x22b", total_params=141e9, source="Mistral AI, Mixtral 8x22B "
+                          "announcement: 141B total, 39B active"),
+            ),
+            hf=(
+                HfModel(model_type="mixtral", reference_class="MixtralForCausalLM", tiny="mixtral",
+                        option="mixtral_8x7b"),
+            ),
         ),
         Family(
             decoder_block="gpt_oss",
@@ -134,6 +202,16 @@ FAMILIES: dict[str, Family] = {
             sliding_every_other_layer=True,
             tiny="gpt_oss_tiny",
             layouts=("gpt_oss_120b_16gpu",),
+            reduced=("gpt_oss_proxy",),
+            full_size=(
+                Published(option="gpt_oss_20b", total_params=21e9, source="OpenAI gpt-oss model card: 21B total"),
+                Published(option="gpt_oss_120b", total_params=117e9, source="OpenAI gpt-oss model card: 117B total, "
+                          "5.1B active"),
+            ),
+            hf=(
+                HfModel(model_type="gpt_oss", reference_class="GptOssForCausalLM", tiny="gpt_oss",
+                        option="gpt_oss_20b"),
+            ),
         ),
         Family(
             decoder_block="llama4",
@@ -152,6 +230,14 @@ FAMILIES: dict[str, Family] = {
             temperature_tuning=True,
             tiny="llama4_tiny",
             layouts=("llama4_maverick_64gpu",),
+            reduced=("llama4_proxy",),
+            full_size=(
+                Published(option="llama4_scout", total_params=109e9, source="Meta Llama 4 model card: 109B total"),
+                Published(option="llama4_maverick", total_params=400e9, source="Meta Llama 4 model card: 400B total, "
+                          "17B active"),
+            ),
+            # No parity row: MaxText 0.2.5 cannot import a Llama 4 checkpoint (tests/reference/parity.py LLAMA4_ROW).
+            hf=(HfModel(model_type="llama4_text", reference_class="Llama4ForCausalLM"),),
         ),
     )
 }
