@@ -35,8 +35,6 @@ def test_every_parameter_has_a_source_and_a_range_around_its_value():
     for name, p in params.items():
         assert p.source.strip(), name
         assert p.low <= p.value <= p.high, name
-    assert set(TABLE["hardware"]) == {"h100", "h200", "b200", "gb200", "gb300"}
-    assert all(h["source"] for h in TABLE["hardware"].values())
 
 
 def test_derived_parameters_are_what_the_breakdowns_give():
