@@ -336,3 +336,17 @@ def test_a_fabric_record_is_read_up_to_its_bound(tmp_path):
     proc = moekit("plan", "experiment=dsv3_blog", "--fabric", str(path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "larger than 32 MiB" in proc.stderr
+
+
+def test_search_tries_a_bounded_number_of_layouts_at_any_gpu_count():
+    """725,760 GPUs (a count with 216 divisors) once made thousands of layouts, one per DCN data degree; now a few
+    per ICI slice, and the ranking still returns the best that fit."""
+    from moekit.plan import search
+
+    cfg = compose("dsv3_blog", ["cluster.nodes=181440", "parallelism.dcn.fsdp=11340"])
+    assert cfg.num_devices == 725760
+    layouts = search.candidates(cfg, 256)
+    assert 50 < len(layouts) <= 600
+    assert {d["data"] for _, d in layouts} >= {1, 11340}  # all-FSDP and all-data both tried
+    rows = search.rank(cfg, *maxtext_files(cfg.model.name), data_file("links.yaml"), data_file("forecast.yaml"))
+    assert rows and all("725760 devices" in r["mesh"] for r in rows)
