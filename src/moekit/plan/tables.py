@@ -10,11 +10,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from moekit.base import maxtext_files
 from moekit.base.errors import ConfigError
 from moekit.config.checks import warnings
+from moekit.config.hardware import read_yaml
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.plan import memory
@@ -30,8 +29,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 @cache
 def data(name: str) -> dict[str, Any]:
-    """A YAML file shipped in moekit/data, parsed (cached: read once per process)."""
-    return yaml.safe_load((DATA / name).read_text())
+    """A YAML file shipped in moekit/data, parsed (cached: read once per process; at most 1 MiB, as every row table)."""
+    return read_yaml(DATA / name, "data file")
 
 
 @cache
