@@ -350,3 +350,17 @@ def test_search_tries_a_bounded_number_of_layouts_at_any_gpu_count():
     assert {d["data"] for _, d in layouts} >= {1, 11340}  # all-FSDP and all-data both tried
     rows = search.rank(cfg, *maxtext_files(cfg.model.name), data_file("links.yaml"), data_file("forecast.yaml"))
     assert rows and all("725760 devices" in r["mesh"] for r in rows)
+
+
+def test_a_run_recorded_before_the_row_held_every_fact_still_forecasts():
+    """A GPU run's config.yaml from before the row carried bandwidth, links and host memory: report's forecast
+    takes them from today's row, so it equals the forecast of the same config recorded now."""
+    from moekit.plan import versus
+
+    recorded = compose("dsv3_proxy_h200").to_dict()
+    new_keys = ("hbm_tb_per_s", "hbm_source", "links", "host_gib_per_gpu", "host_source")
+    old = recorded | {"hardware": {k: v for k, v in recorded["hardware"].items() if k not in new_keys}}
+    now, why_now = versus.run_forecast(recorded)
+    then, why_then = versus.run_forecast(old)
+    assert now is not None and then is not None, (why_now, why_then)
+    assert then.step_s == now.step_s

@@ -311,7 +311,7 @@ class Hardware(Section):
     """JAX platform."""
     arch: str
     """Architecture family (cpu, hopper, blackwell)."""
-    sm: int | None
+    sm: int | None = Field(gt=0)
     """CUDA compute capability as an integer (90 = 9.0); None on CPU."""
     hbm_gib: float | None = Field(gt=0, allow_inf_nan=False)
     """Device memory per GPU, GiB; None on CPU."""
