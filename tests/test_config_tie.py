@@ -192,6 +192,14 @@ def test_every_gpu_row_states_every_fact_once():
     assert all(e["gb_per_s"] > 0 and e["source"] for e in links["links"].values())
 
 
+def test_no_module_names_a_gpu_generation():
+    """Code reads a row's facts, never its name: a new row needs no code."""
+    quoted = [f"{q}{h}{q}" for h in HARDWARE if h != "cpu" for q in "'\""]
+    for path in (REPO / "src" / "moekit").rglob("*.py"):
+        text = path.read_text()
+        assert not [q for q in quoted if q in text], path
+
+
 def _tree_with(tmp_path: Path, option: str, text: str) -> dict[str, str]:
     """A copy of conf/ with hardware/<option>.yaml added: what a user adding a generation has."""
     conf = tmp_path / "conf"
