@@ -10,14 +10,21 @@ differences" list (model option, key, reason); the test reads that list, and an 
 
 from __future__ import annotations
 
+import inspect
+import json
 import re
+import shutil
+from pathlib import Path
 
 import pytest
+import yaml
 
-from conftest import REPO, compose
+from conftest import REPO, compose, moekit
 from moekit.base.maxtext_files import model_values
+from moekit.config import checks
 from moekit.config.architecture import differences, from_hf, from_maxtext
 from moekit.config.families import FAMILIES
+from moekit.config.schema import GPU_FACTS
 from moekit.plan import resolved_values
 
 FULL_SIZE = [p.option for f in FAMILIES.values() for p in f.full_size]  # the family rows name them
@@ -149,3 +156,125 @@ def test_the_tie_reads_what_it_compares():
     assert set(differences(from_maxtext(base | {"base_emb_dim": 4095}), pub)) == {"hidden"}
     other_rope = published("mixtral_8x7b", "mixtral-8x7b") | {"rope_parameters": None, "rope_theta": 1e4}
     assert set(differences(ours, from_hf(other_rope))) == {"rope_theta"}
+
+
+# ---- a hardware generation is one row ----
+
+HARDWARE = sorted(p.stem for p in (REPO / "conf" / "hardware").glob("*.yaml"))
+DATA = REPO / "src" / "moekit" / "data"
+
+
+def test_every_gpu_row_states_every_fact_once():
+    """Each GPU row carries peaks, HBM size and bandwidth, NVLink domain, link classes, host memory and their sources;
+    links.yaml holds only the link classes (each named by some row) and forecast.yaml no hardware facts."""
+    links = yaml.safe_load((DATA / "links.yaml").read_text())
+    assert set(links) == {"links"}, "per-generation facts belong in conf/hardware/<option>.yaml"
+    assert "hardware" not in yaml.safe_load((DATA / "forecast.yaml").read_text())
+    named = set()
+    for option in HARDWARE:
+        hw = compose("smoke", [f"hardware={option}"]).hardware
+        assert hw.name == option and hw.peak_source
+        if hw.platform == "gpu":
+            assert all(getattr(hw, k) for k in GPU_FACTS), option
+            assert hw.peak_tflops.bf16 and (hw.peak_tflops.fp8 or not hw.features.fp8), option
+            named |= set(hw.links.model_dump().values())
+    assert named == set(links["links"]), "a link class no generation has"
+    assert all(e["gb_per_s"] > 0 and e["source"] for e in links["links"].values())
+
+
+def test_no_module_names_a_gpu_generation():
+    """Code reads a row's facts, never its name: a new row needs no code."""
+    quoted = [f"{q}{h}{q}" for h in HARDWARE if h != "cpu" for q in "'\""]
+    for path in (REPO / "src" / "moekit").rglob("*.py"):
+        text = path.read_text()
+        assert not [q for q in quoted if q in text], path
+
+
+def _tree_with(tmp_path: Path, option: str, text: str) -> dict[str, str]:
+    """A copy of conf/ with hardware/<option>.yaml added: what a user adding a generation has."""
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    (conf / "hardware" / f"{option}.yaml").write_text(text)
+    return {"MOEKIT_CONF_DIR": str(conf)}
+
+
+def _row(source: str, name: str, drop: tuple[str, ...] = (), **swap: str) -> str:
+    lines = (REPO / "conf" / "hardware" / f"{source}.yaml").read_text().splitlines()
+    lines = [f"name: {name}" if ln.startswith("name:") else ln for ln in lines if not ln.startswith(drop)]
+    text = "\n".join(lines) + "\n"
+    for old, new in swap.items():
+        text = text.replace(old, new)
+    return text
+
+
+def test_a_generation_without_its_facts_is_refused_naming_its_row(tmp_path):
+    """A row written the way rows were before (peaks, memory, env, but no bandwidth, links or host) is refused
+    before anything is planned, naming the file and what it lacks."""
+    env = _tree_with(tmp_path, "b300", _row("b200", "b300", drop=("hbm_tb_per_s", "links", "host_")))
+    proc = moekit("plan", "experiment=smoke", "hardware=b300", env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "conf/hardware/b300.yaml" in proc.stderr
+    assert all(k in proc.stderr for k in ("hbm_tb_per_s", "links", "host_gib_per_gpu")), proc.stderr
+
+
+def test_a_row_naming_an_unknown_link_class_is_refused_naming_the_link_table(tmp_path):
+    env = _tree_with(tmp_path, "r100", _row("gb300", "r100", **{"scale_up: nvlink5": "scale_up: nvlink6"}))
+    proc = moekit("plan", "experiment=smoke", "hardware=r100", env=env)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "nvlink6" in proc.stderr and "links.yaml" in proc.stderr
+
+
+def test_a_complete_row_is_all_a_new_generation_needs(tmp_path):
+    """One file: the forecast and the no-overhead bound read the new row (here its HBM bandwidth, a quarter of
+    GB200's, slows the memory-bound part)."""
+    env = _tree_with(tmp_path, "b300", _row("gb200", "b300", **{"hbm_tb_per_s: 8.0": "hbm_tb_per_s: 2.0"}))
+    plans = {}
+    for option in ("b300", "gb200"):
+        proc = moekit("plan", "experiment=smoke", f"hardware={option}", "--format", "json", env=env)
+        assert proc.returncode == 0, proc.stderr
+        plans[option] = json.loads(proc.stdout)
+    assert plans["b300"]["hardware"] == "b300" and "step" in plans["b300"]
+    parts = {o: {p["name"]: p["seconds"] for p in plans[o]["forecast"]["parts"]} for o in plans}
+    assert parts["b300"]["other compute"] > 2 * parts["gb200"]["other compute"]
+    assert parts["b300"]["other GEMMs"] == pytest.approx(parts["gb200"]["other GEMMs"])
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "hardware.peak_tflops.fp8=-40",
+        "hardware.hbm_gib=0",
+        "hardware.hbm_tb_per_s=-2.5",
+        "hardware.host_gib_per_gpu=nan",
+    ],
+)
+def test_a_row_value_no_gpu_has_is_refused(override):
+    proc = moekit("plan", "experiment=smoke", "hardware=h200", override)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert override.split("=")[0] in proc.stderr
+
+
+# ---- each check is registered once ----
+
+TOPICS = [m for m in vars(checks).values() if inspect.ismodule(m) and m.__name__.startswith("moekit.config.checks.")]
+
+
+def test_every_check_is_registered_once_with_the_jobs_it_judges():
+    """REGISTRY is the one list: CHECKS and TRAINING_ONLY are read from it, and every check a topic module defines is
+    in it or in WARNINGS exactly once (numbers_in_range runs before them all)."""
+    defined = {
+        fn
+        for m in TOPICS
+        for fn in vars(m).values()
+        if inspect.isfunction(fn)
+        and fn.__module__ == m.__name__
+        and not fn.__name__.startswith("_")
+        and list(inspect.signature(fn).parameters) == ["cfg"]
+        and "Iterator[Problem]" in str(fn.__annotations__)
+    }
+    registered = [fn for fn, _ in checks.REGISTRY] + checks.WARNINGS
+    assert len(registered) == len(set(registered))
+    assert set(registered) | {checks.text.numbers_in_range} == defined
+    assert checks.CHECKS == [fn for fn, _ in checks.REGISTRY]
+    assert checks.TRAINING_ONLY == {fn for fn, runs in checks.REGISTRY if runs == checks.TRAINING}
+    assert {runs for _, runs in checks.REGISTRY} == {checks.TRAINING, checks.EVERY_JOB}

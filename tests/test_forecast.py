@@ -11,7 +11,6 @@ import pytest
 from conftest import REPO, compose, moekit
 from moekit import plan
 from moekit.base.maxtext_files import model_values
-from moekit.config.compose import group_options
 from moekit.plan import calibrate, forecast, search, tables, validate
 
 TABLE = tables.data("forecast.yaml")
@@ -36,9 +35,6 @@ def test_every_parameter_has_a_source_and_a_range_around_its_value():
     for name, p in params.items():
         assert p.source.strip(), name
         assert p.low <= p.value <= p.high, name
-    gpus = {h for h in group_options("hardware") if compose("smoke", [f"hardware={h}"]).hardware.platform == "gpu"}
-    assert set(TABLE["hardware"]) == gpus and gpus  # one row per GPU generation of conf/hardware/
-    assert all(h["source"] for h in TABLE["hardware"].values())
 
 
 def test_derived_parameters_are_what_the_breakdowns_give():

@@ -5,17 +5,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import compose, moekit
 from moekit import plan
+from moekit.base.errors import ConfigError
 from moekit.base.maxtext_files import model_values as maxtext_files
-from moekit.plan import memory, network
+from moekit.plan import memory, network, tables
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims
 from moekit.plan.tables import data as data_file
@@ -231,13 +232,6 @@ def test_cli_user_errors(args, message):
     assert message in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_links_table_has_a_source_for_every_fact():
-    table = yaml.safe_load((Path(plan.__file__).parents[1] / "data" / "links.yaml").read_text())
-    assert all(link["source"] for link in table["links"].values())
-    for hw in table["hardware"].values():
-        assert hw["scale_up"] in table["links"] and hw["scale_out"] in table["links"] and hw["host_source"]
-
-
 # ---- what crosses NVLink domains goes over the network ----
 
 ON_H100 = ["hardware=h100", "precision=fp8", "cluster.gpus_per_node=8", "cluster.processes_per_node=8",
@@ -266,10 +260,107 @@ def test_plan_sends_cross_node_traffic_over_the_network():
     assert fsdp["ici_gb"] + fsdp["dcn_gb"] == pytest.approx((same.ici_bytes + same.dcn_bytes) / 1e9)
     assert fsdp["dcn_gb"] > 10 * same.dcn_bytes / 1e9  # the ICI FSDP stage crosses nodes: InfiniBand, not NVLink
     assert flows["EP dispatch + combine"]["dcn_gb"] == 0.0  # expert axis inside a node
-    links = network.Links.from_table(data_file("links.yaml"), "h100")
+    links = network.Links.from_table(data_file("links.yaml"), compose("smoke", ["hardware=h100"]).hardware)
     rate = out["step"]["compute_tflops"]
     as_nvlink = network.step_model(dims, values, dataclasses.replace(mesh, domain=None), links, rate)
     assert out["step"]["step_s"] > 1.5 * as_nvlink.step_s
     cli = moekit("plan", "experiment=dsv3_blog", *ON_H100, "--format", "json")
     assert cli.returncode == 0, cli.stderr
     assert any("NVLink domain" in w for w in json.loads(cli.stdout)["config_warnings"])
+
+
+# ---- numbers no hardware has are refused before anything is planned ----
+
+FABRIC_RESULT = {
+    "collective": "all_gather",
+    "link_class": "scale_out",
+    "size_bytes": 1 << 26,
+    "time_s": 2e-3,
+    "ratio": 0.6,
+}
+
+
+@pytest.mark.parametrize(
+    ("compute", "scale", "message"),
+    [
+        (-0.5, [], "--compute-tflops -0.5"),
+        (0.0, [], "--compute-tflops 0"),
+        (float("inf"), [], "--compute-tflops inf"),
+        (None, [256, -64], "--scale -64"),
+        (None, [0], "--scale 0"),
+        (None, [3 << 20], "--scale 3145728"),
+        (None, list(range(8, 8 * 70, 8)), "at most 64"),
+    ],
+)
+def test_cli_numbers_out_of_range_are_refused(compute, scale, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        tables.check_numbers(compute, scale)
+    tables.check_numbers(700.0, [128, 1024])  # the documented forms pass
+
+
+def test_cli_refuses_impossible_numbers_before_composing():
+    for args, message in (
+        (["--scale=-96"], "--scale -96"),
+        (["--compute-tflops=-3"], "--compute-tflops -3"),
+        (["--compute-tflops", "6000"], "above hardware=gb300's FP8 dense peak (5000"),
+    ):
+        proc = moekit("plan", "experiment=dsv3_blog", *args)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert message in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("ratio", -0.4),
+        ("ratio", 7.0),
+        ("time_s", float("nan")),
+        ("time_s", -2e-3),
+        ("size_bytes", 1e25),
+        ("ratio", "x"),
+    ],
+)
+def test_a_fabric_record_no_measurement_gives_is_refused(tmp_path, field, value):
+    path = tmp_path / "fabric.json"
+    path.write_text(json.dumps({"results": [FABRIC_RESULT]}))
+    assert tables.fabric_record(path)["results"] == [FABRIC_RESULT]  # the well-formed record passes
+    path.write_text(json.dumps({"results": [FABRIC_RESULT, FABRIC_RESULT | {field: value}]}))
+    with pytest.raises(ConfigError, match=re.escape(f"results[1].{field}=")):
+        tables.fabric_record(path)
+
+
+def test_a_fabric_record_is_read_up_to_its_bound(tmp_path):
+    """A file past the bound is refused by its size, never read whole: here valid JSON after 33 MiB of blank lines."""
+    path = tmp_path / "fabric.json"
+    path.write_text("\n" * (tables.FABRIC_MAX_BYTES + 1024) + json.dumps({"results": [FABRIC_RESULT]}))
+    proc = moekit("plan", "experiment=dsv3_blog", "--fabric", str(path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "larger than 32 MiB" in proc.stderr
+
+
+def test_search_tries_a_bounded_number_of_layouts_at_any_gpu_count():
+    """725,760 GPUs (a count with 216 divisors) once made thousands of layouts, one per DCN data degree; now a few
+    per ICI slice, and the ranking still returns the best that fit."""
+    from moekit.plan import search
+
+    cfg = compose("dsv3_blog", ["cluster.nodes=181440", "parallelism.dcn.fsdp=11340"])
+    assert cfg.num_devices == 725760
+    layouts = search.candidates(cfg, 256)
+    assert 50 < len(layouts) <= 600
+    assert {d["data"] for _, d in layouts} >= {1, 11340}  # all-FSDP and all-data both tried
+    rows = search.rank(cfg, *maxtext_files(cfg.model.name), data_file("links.yaml"), data_file("forecast.yaml"))
+    assert rows and all("725760 devices" in r["mesh"] for r in rows)
+
+
+def test_a_run_recorded_before_the_row_held_every_fact_still_forecasts():
+    """A GPU run's config.yaml from before the row carried bandwidth, links and host memory: report's forecast
+    takes them from today's row, so it equals the forecast of the same config recorded now."""
+    from moekit.plan import versus
+
+    recorded = compose("dsv3_proxy_h200").to_dict()
+    new_keys = ("hbm_tb_per_s", "hbm_source", "links", "host_gib_per_gpu", "host_source")
+    old = recorded | {"hardware": {k: v for k, v in recorded["hardware"].items() if k not in new_keys}}
+    now, why_now = versus.run_forecast(recorded)
+    then, why_then = versus.run_forecast(old)
+    assert now is not None and then is not None, (why_now, why_then)
+    assert then.step_s == now.step_s

@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--scale {args.scale!r}: give GPU counts separated by commas, e.g. --scale 128,1024"
         ) from None
+    tables.check_numbers(args.compute_tflops, scale)
     cfg = load(args.overrides, warn=False)  # the plan lists the warnings itself
     out = tables.plan_of(cfg, args.compute_tflops, scale, args.fabric, args.search)
     print(json.dumps(out, indent=2) if args.format == "json" else text.format_text(out))

@@ -440,7 +440,8 @@ def validate(raw: DictConfig) -> Config:
             if key in seen:  # a union type reports once per member
                 continue
             seen.add(key)
-            lines.append(f"  {key}: {err['msg']} (got {err.get('input')!r})")
+            got = err.get("input")  # a whole section's mapping is noise: its message names the keys
+            lines.append(f"  {key}: {err['msg']}" + ("" if isinstance(got, dict) else f" (got {got!r})"))
             lines.append(f"    fix: {fix}")
         raise ConfigError("invalid configuration:\n" + "\n".join(lines)) from None
 

@@ -27,11 +27,17 @@ def resolved_values(cfg: Config, base: Mapping[str, Any], model_file: Mapping[st
 
 
 def compute_rate(cfg: Config, override: float | None) -> tuple[float | None, str]:
-    """TFLOP/s per device while computing: given, else the datasheet peak of the GEMM precision."""
-    if override:
-        return override, "given with --compute-tflops"
+    """TFLOP/s per device while computing: given (at most the datasheet peak), else the datasheet peak of the GEMM
+    precision."""
     fp8 = cfg.precision.name in ("fp8", "mxfp8")
     peak = cfg.hardware.peak_tflops.fp8 if fp8 else cfg.hardware.peak_tflops.bf16
+    if override is not None:
+        if peak is not None and override > peak:
+            raise ValueError(
+                f"--compute-tflops {override:g} is above hardware={cfg.hardware.name}'s {'FP8' if fp8 else 'BF16'} "
+                f"dense peak ({peak:g} TFLOP/s); fix: give at most {peak:g}, or leave it out for the peak"
+            )
+        return override, "given with --compute-tflops"
     if peak is None:
         return None, "no peak for this hardware"
     return peak, f"datasheet {'FP8' if fp8 else 'BF16'} dense peak ({cfg.hardware.peak_source}): a lower bound on time"
@@ -55,9 +61,8 @@ def build(
     values = resolved_values(cfg, base, model_file)
     dims = Dims.from_values(values)
     mesh = Mesh.from_config(cfg)
-    hw_links = links_table["hardware"].get(cfg.hardware.name, {})
     factor = float(calibration.get("device_factor", 1.0))
-    mem = memory.estimate(dims, values, mesh, cfg.hardware.hbm_gib, env(cfg), hw_links.get("host_gib_per_gpu"), factor)
+    mem = memory.estimate(dims, values, mesh, cfg.hardware.hbm_gib, env(cfg), cfg.hardware.host_gib_per_gpu, factor)
     flows = network.traffic(dims, values, mesh)
     out: dict[str, Any] = {
         "experiment": cfg.experiment_name,
@@ -98,11 +103,12 @@ def build(
             }
             for f in flows
         ],
-        "provenance": "analytic estimate (moekit plan); link rates and host sizes: src/moekit/data/links.yaml",
+        "provenance": f"analytic estimate (moekit plan); the hardware row conf/hardware/{cfg.hardware.name}.yaml, "
+        "its link classes' rates: src/moekit/data/links.yaml",
     }
-    links = network.Links.from_table(links_table, cfg.hardware.name)
+    links = network.Links.from_table(links_table, cfg.hardware)
     rate, rate_source = compute_rate(cfg, compute_tflops)
-    if forecast_table is not None and cfg.hardware.name in forecast_table["hardware"] and links is not None:
+    if forecast_table is not None and links is not None:
         su = calibrate.setup(cfg, values, links_table, forecast_table, mem.total("host"), not mem.warnings)
         params = forecast.params_from(forecast_table, fabric)
         out["forecast"] = forecast.forecast(su, params).to_dict() | {

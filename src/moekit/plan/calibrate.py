@@ -31,11 +31,9 @@ def setup(
 ) -> Setup:
     """The forecast's view of a composed config: shape, mesh, hardware rates, back end, precision, overlap."""
     hw = cfg.hardware
-    rates = table["hardware"].get(hw.name)
-    if rates is None or hw.peak_tflops.bf16 is None:
-        raise ValueError(f"no forecast for hardware={hw.name}: it has no peak or HBM bandwidth in data/forecast.yaml")
-    host = links_table["hardware"].get(hw.name, {})
-    host_gb_s = links_table["links"][host["host_link"]]["gb_per_s"] if host.get("host_link") else None
+    if hw.links is None or hw.hbm_tb_per_s is None or hw.peak_tflops.bf16 is None:
+        raise ValueError(f"no forecast for hardware={hw.name}: its row (conf/hardware/{hw.name}.yaml) is not a GPU's")
+    host_gb_s = float(links_table["links"][hw.links.host]["gb_per_s"])
     flags = cfg.xla.flags
     return Setup(
         dims=Dims.from_values(values),
@@ -45,12 +43,12 @@ def setup(
         arch=hw.arch,
         peak_bf16=float(hw.peak_tflops.bf16),
         peak_fp8=float(hw.peak_tflops.fp8) if hw.peak_tflops.fp8 else None,
-        hbm_tb_s=float(rates["hbm_tb_per_s"]),
+        hbm_tb_s=hw.hbm_tb_per_s,
         backend=cfg.moe.backend,
         precision=cfg.precision.name,
         expert_precision=cfg.moe.expert_precision,
         multistream=bool(flags.get("xla_gpu_experimental_enable_collective_multi_streaming")),
-        links=network.Links.from_table(links_table, hw.name),
+        links=network.Links.from_table(links_table, hw),
         host_gb_s=host_gb_s,
         offload_bytes=offload_bytes,
         fits=fits,

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from moekit.config.schema import Hardware
 from moekit.plan.memory import tensor_places
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims, dtype_bytes
@@ -37,12 +38,12 @@ class Links:
     """Bytes/s per GPU per direction across domains (the DCN axes, and ICI traffic that leaves the domain)."""
 
     @classmethod
-    def from_table(cls, table: Mapping[str, Any], hardware: str) -> Links | None:
-        """The rates of `hardware` from the link table (data/links.yaml); None when it has no entry."""
-        hw = table["hardware"].get(hardware)
-        if hw is None:
+    def from_table(cls, table: Mapping[str, Any], hardware: Hardware) -> Links | None:
+        """The rates of the hardware row's link classes (their rates: data/links.yaml); None without links (CPU)."""
+        if hardware.links is None:
             return None
-        return cls(table["links"][hw["scale_up"]]["gb_per_s"] * 1e9, table["links"][hw["scale_out"]]["gb_per_s"] * 1e9)
+        rate = {name: float(e["gb_per_s"]) * 1e9 for name, e in table["links"].items()}
+        return cls(rate[hardware.links.scale_up], rate[hardware.links.scale_out])
 
 
 @dataclass(frozen=True, slots=True)

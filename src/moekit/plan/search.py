@@ -2,14 +2,16 @@
 
 Candidates keep the tensor axis at 1 and the expert axis inside one NVLink domain (EP traffic stays on NVLink): an
 ICI slice of `s` GPUs (s divides the GPU count, s <= the domain) split into FSDP x EP, the slices joined by DCN FSDP
-or DCN data parallelism, and per-device batches up to twice the configured one. Those whose memory estimate does
-not fit are left out; the rest are ranked by forecast tokens/s per device (the same model, so the same order as
-TFLOP/s).
+or DCN data parallelism (at most DCN_SPLITS degrees of it, spread in log scale), and per-device batches up to twice
+the configured one. Those whose memory estimate does not fit are left out; the rest are ranked by forecast tokens/s
+per device (the same model, so the same order as TFLOP/s). The count of layouts tried depends on the divisors of the
+GPU count up to the domain, not on its size.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,10 +23,15 @@ from moekit.translate.env import env
 from moekit.translate.maxtext_args import maxtext_args
 
 BATCHES = (1, 2, 3, 4, 6, 8, 10, 12, 16, 24, 32)
+# DCN data-parallel degrees tried per ICI slice: every divisor of the slice count would make the search grow with
+# the GPU count's divisors (thousands at 645,120 GPUs); a few, spread from all-FSDP to all-data, bound it.
+DCN_SPLITS = 6
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n in increasing order, in about sqrt(n) steps (a million GPUs: a thousand)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def candidates(cfg: Config, experts: int) -> list[tuple[dict[str, int], dict[str, int]]]:
@@ -41,9 +48,18 @@ def candidates(cfg: Config, experts: int) -> list[tuple[dict[str, int], dict[str
                 continue
             ici = ones | {"fsdp": s // ep, "expert": ep}
             rest = n // s
-            for dp in _divisors(rest):
+            for dp in _spread(_divisors(rest), DCN_SPLITS):
                 out.append((ici, ones | {"fsdp": rest // dp, "data": dp}))
     return out
+
+
+def _spread(choices: list[int], k: int) -> list[int]:
+    """At most k of the increasing `choices`, the ends included, the rest nearest to even steps in log scale."""
+    if len(choices) <= k:
+        return choices
+    top = math.log(choices[-1])
+    picked = {min(choices, key=lambda c: abs(math.log(c) - top * i / (k - 1))) for i in range(k)}
+    return sorted(picked)
 
 
 def rank(
@@ -61,7 +77,7 @@ def rank(
     params = forecast.params_from(table, fabric)
     central = {k: q.value for k, q in params.items()}
     su0 = calibrate.setup(cfg, values0, links_table, table)
-    host = links_table["hardware"].get(cfg.hardware.name, {}).get("host_gib_per_gpu")
+    host = cfg.hardware.host_gib_per_gpu
     factor = 1.17
     biggest = max(2 * float(cfg.train.per_device_batch_size), 1.0)
     rows = []

@@ -48,7 +48,8 @@ def format_text(p: dict[str, Any]) -> str:
     else:
         lines += [
             "",
-            f"## forecast: none for hardware={p['hardware']} (no peak or HBM bandwidth in data/forecast.yaml)",
+            f"## forecast: none for hardware={p['hardware']} "
+            f"(its row, conf/hardware/{p['hardware']}.yaml, has no peak, HBM bandwidth or links)",
         ]
     if "search" in p:
         lines += ["", *format_search(p["search"])]

@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from moekit.base.errors import ConfigError
+from moekit.config import hardware
+from moekit.config.compose import config_dir
 from moekit.config.schema import Config
 from moekit.plan import tables
 from moekit.plan.forecast import Forecast, forecast, params_from
@@ -32,11 +35,13 @@ CLASSES: dict[str, tuple[str, ...]] = {
 
 def run_forecast(config: Mapping[str, Any]) -> tuple[Forecast | None, str]:
     """The forecast of a run's recorded config, or None and why there is none."""
-    try:
-        cfg = Config.model_validate(dict(config))
-    except ValueError as exc:
+    recorded = dict(config.get("hardware") or {})
+    try:  # a run recorded before its row held every fact takes the missing ones from today's row
+        row = hardware.row(str(recorded.get("name", "")), config_dir())
+        cfg = Config.model_validate(dict(config) | {"hardware": {**row, **recorded}})
+    except (ValueError, ConfigError) as exc:
         return None, f"its config.yaml does not validate ({type(exc).__name__})"
-    if cfg.hardware.name not in tables.data("forecast.yaml")["hardware"]:
+    if cfg.hardware.platform != "gpu":
         return None, f"no forecast for hardware={cfg.hardware.name}"
     try:
         su = tables.setup_of(cfg)

@@ -23,6 +23,7 @@ def spec(cfg: Config, run_dir: str) -> dict[str, object]:
         "ici": {a: cfg.ici_filled[a] for a in AXES},
         "dcn": {a: dcn[a] for a in AXES},
         "hardware": cfg.hardware.name,
+        "links": cfg.hardware.links.model_dump() if cfg.hardware.links else None,
         "platform": cfg.hardware.platform,
         "nvlink_domain": cfg.hardware.nvlink_domain,
         "nodes": cfg.cluster.nodes,

@@ -309,7 +309,7 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     rank, n = jax.process_index(), jax.process_count()
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     mesh_sizes = {a: spec["ici"][a] * spec["dcn"][a] for a in fv.AXES}
-    expected = fv.expected_rates(links_table(), spec["hardware"])
+    expected = fv.expected_rates(links_table(), spec.get("links"))
     record: dict[str, Any] = {
         "mode": spec["mode"],
         "min_fraction": spec["min_fraction"],

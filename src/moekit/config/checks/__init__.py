@@ -2,11 +2,13 @@
 
 Each check returns Problems (key, what is wrong, the override that fixes it); `problems` runs all of
 them so a user sees every problem at once. Pure: no environment, files or clock. The checks live in one
-module per topic (mesh, moe, cluster, compute, text, sizes, family, data, checkpoint); CHECKS and WARNINGS list
-them here.
+module per topic (mesh, moe, cluster, compute, text, sizes, family, data, checkpoint); REGISTRY (each check with
+the jobs it judges, the one list CHECKS and TRAINING_ONLY are read from) and WARNINGS list them here.
 """
 
 from __future__ import annotations
+
+from typing import Final, Literal
 
 from moekit.base.errors import ConfigError
 from moekit.config.checks import checkpoint, cluster, compute, data, family, mesh, moe, sizes, text
@@ -15,6 +17,7 @@ from moekit.config.schema import Config
 
 __all__ = [
     "CHECKS",
+    "REGISTRY",
     "TRAINING_ONLY",
     "WARNINGS",
     "Check",
@@ -25,70 +28,48 @@ __all__ = [
     "warnings",
 ]
 
-# Every check, in the order its problems print; a topic module holds the checks of one concern.
-CHECKS: list[Check] = [
-    mesh.mesh_matches_devices,
-    mesh.processes_fit_devices,
-    cluster.local_is_one_host,
-    mesh.experts_divide_over_ep,
-    mesh.batch_divides,
-    moe.dropless,
-    moe.megablox_on_gpu,
-    moe.tokamax_gpu_takes_half_precision,
-    compute.precision_supported,
-    compute.quantized_router_fits,
-    moe.te_moe_requirements,
-    moe.te_gmm_requirements,
-    moe.dispatch_fits_backend,
-    compute.memory_policy_consistent,
-    compute.attention_supported,
-    compute.profile_window_fits,
-    cluster.job_names,
-    text.text_fits_its_format,
-    cluster.volumes_valid,
-    cluster.checkpoints_persist,
-    text.paths_fit_the_file_system,
-    sizes.environment_fits_a_launch,
-    cluster.no_inline_secrets,
-    data.data_source_complete,
-    data.segments_with_te_attention,
-    family.routing_has_one_owner,
-    family.decoder_reads_the_routing,
-    family.layers_fit_the_family,
-    family.group_limited_routing,
-    family.backend_supports_family,
-    family.attention_runs_the_family,
-    checkpoint.init_from_names_the_import,
+# Every check, in the order its problems print, with the jobs it judges: EVERY_JOB, or TRAINING (the model, its MoE
+# layer, precision, memory, data, the batch), which a fabric-only job (`moekit fabric`, fabric.only=true) skips: it
+# runs the rendezvous and the collectives of the mesh, never MaxText. A topic module holds the checks of one concern.
+EVERY_JOB: Final = "every job"
+TRAINING: Final = "training"
+REGISTRY: list[tuple[Check, Literal["every job", "training"]]] = [
+    (mesh.mesh_matches_devices, EVERY_JOB),
+    (mesh.processes_fit_devices, EVERY_JOB),
+    (cluster.local_is_one_host, EVERY_JOB),
+    (mesh.experts_divide_over_ep, TRAINING),
+    (mesh.batch_divides, TRAINING),
+    (moe.dropless, TRAINING),
+    (moe.megablox_on_gpu, TRAINING),
+    (moe.tokamax_gpu_takes_half_precision, TRAINING),
+    (compute.precision_supported, TRAINING),
+    (compute.quantized_router_fits, TRAINING),
+    (moe.te_moe_requirements, TRAINING),
+    (moe.te_gmm_requirements, TRAINING),
+    (moe.dispatch_fits_backend, TRAINING),
+    (compute.memory_policy_consistent, TRAINING),
+    (compute.attention_supported, TRAINING),
+    (compute.profile_window_fits, TRAINING),
+    (cluster.job_names, EVERY_JOB),
+    (text.text_fits_its_format, EVERY_JOB),
+    (cluster.volumes_valid, EVERY_JOB),
+    (cluster.checkpoints_persist, EVERY_JOB),
+    (text.paths_fit_the_file_system, EVERY_JOB),
+    (sizes.environment_fits_a_launch, EVERY_JOB),
+    (cluster.no_inline_secrets, EVERY_JOB),
+    (data.data_source_complete, TRAINING),
+    (data.segments_with_te_attention, TRAINING),
+    (family.routing_has_one_owner, TRAINING),
+    (family.decoder_reads_the_routing, TRAINING),
+    (family.layers_fit_the_family, TRAINING),
+    (family.group_limited_routing, TRAINING),
+    (family.backend_supports_family, TRAINING),
+    (family.attention_runs_the_family, TRAINING),
+    (checkpoint.init_from_names_the_import, TRAINING),
 ]
-# Checks of what training runs (the model, its MoE layer, precision, memory, data, the batch): a fabric-only job
-# (`moekit fabric`, fabric.only=true) runs the rendezvous and the collectives of the mesh, never MaxText, so none of
-# them apply to it.
-TRAINING_ONLY: frozenset[Check] = frozenset(
-    {
-        mesh.experts_divide_over_ep,
-        mesh.batch_divides,
-        moe.dropless,
-        moe.megablox_on_gpu,
-        moe.tokamax_gpu_takes_half_precision,
-        compute.precision_supported,
-        compute.quantized_router_fits,
-        moe.te_moe_requirements,
-        moe.te_gmm_requirements,
-        moe.dispatch_fits_backend,
-        compute.memory_policy_consistent,
-        compute.attention_supported,
-        compute.profile_window_fits,
-        data.data_source_complete,
-        data.segments_with_te_attention,
-        family.routing_has_one_owner,
-        family.decoder_reads_the_routing,
-        family.layers_fit_the_family,
-        family.group_limited_routing,
-        family.backend_supports_family,
-        family.attention_runs_the_family,
-        checkpoint.init_from_names_the_import,
-    }
-)
+CHECKS: list[Check] = [fn for fn, _ in REGISTRY]
+TRAINING_ONLY: frozenset[Check] = frozenset(fn for fn, runs in REGISTRY if runs == TRAINING)
+
 # What runs, but not as the user likely means (slow, not refused); printed before launch.
 WARNINGS: list[Check] = [
     compute.custom_policy_names_both_tags,

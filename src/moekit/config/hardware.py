@@ -1,0 +1,55 @@
+"""The link-class table a hardware row names (src/moekit/data/links.yaml), and a hardware row by option name.
+
+A GPU generation is one row, conf/hardware/<option>.yaml (typed by schema.Hardware): peaks, HBM size and bandwidth,
+NVLink domain, link classes, host memory, env. The link classes' rates live once in links.yaml because several
+generations share them (NVLink 5 on B200, GB200, GB300).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from moekit.base.errors import ConfigError
+
+MAX_BYTES = 1 << 20  # a hardware row or the link table is a page of YAML; anything larger is not one
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    """A small YAML file (at most MAX_BYTES), parsed; a larger or unreadable one is a ConfigError naming it."""
+    try:
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot read it ({exc.strerror})") from None
+    if len(raw) > MAX_BYTES:
+        raise ConfigError(f"{what} {path}: larger than {MAX_BYTES:,} bytes, so not one; give the file itself")
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path}: not valid YAML ({exc})") from None
+
+
+@cache
+def link_table() -> dict[str, dict[str, Any]]:
+    """links.yaml's `links:`: link class -> {gb_per_s (per GPU, one direction), source}."""
+    path = Path(str(resources.files("moekit") / "data" / "links.yaml"))
+    return dict(read_yaml(path, "link table")["links"])
+
+
+def link_classes() -> list[str]:
+    """The link class names a hardware row may use."""
+    return list(link_table())
+
+
+def row(name: str, conf: Path) -> dict[str, Any]:
+    """conf/hardware/<name>.yaml as a mapping (the row as it stands today); {} when there is none."""
+    path = conf / "hardware" / f"{name}.yaml"
+    if not name.isidentifier() or not path.is_file():
+        return {}
+    found = read_yaml(path, "hardware row")
+    return found if isinstance(found, dict) else {}
