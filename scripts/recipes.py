@@ -13,8 +13,6 @@ so a page cannot drift from its experiment (tests/test_recipes.py fails when one
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import re
 import sys
@@ -23,12 +21,15 @@ from typing import Any
 
 import yaml
 
-from moekit.base import failures
-from moekit.config.checks import warnings
-from moekit.config.compose import config_dir, group_options
-from moekit.config.load import load
-from moekit.config.schema import Config
-from moekit.render.jobset import DIGEST_HOWTO
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate.py beside this file, however this is loaded
+from generate import stdout_of, sync  # noqa: E402
+
+from moekit.base import failures  # noqa: E402
+from moekit.config.checks import warnings  # noqa: E402
+from moekit.config.compose import config_dir, group_options  # noqa: E402
+from moekit.config.load import load  # noqa: E402
+from moekit.config.schema import Config  # noqa: E402
+from moekit.render.jobset import DIGEST_HOWTO  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "recipes"
@@ -90,15 +91,8 @@ def _base_image() -> str:
 
 
 def _plan(name: str) -> dict[str, Any]:
-    """What `moekit plan experiment=<name> --format json` prints, run in this process (the command's own code)."""
-    from moekit.commands import plan as plan_cmd
-
-    parser = argparse.ArgumentParser()
-    plan_cmd.add_arguments(parser)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        plan_cmd.run(parser.parse_args([f"experiment={name}", "--format", "json"]))
-    return json.loads(out.getvalue())
+    """What `moekit plan experiment=<name> --format json` prints (the command, run in this process)."""
+    return json.loads(stdout_of("plan", f"experiment={name}", "--format", "json"))
 
 
 def _peak(cfg: Config) -> tuple[str, float | None]:
@@ -390,21 +384,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when a page is missing, stale or extra")
     args = ap.parse_args(argv)
-    want = pages()
-    if args.check:
-        have = {p.name: p.read_text() for p in OUT.glob("*.md")} if OUT.is_dir() else {}
-        stale = sorted(n for n in want.keys() | have.keys() if want.get(n) != have.get(n))
-        for n in stale:
-            print(f"docs/recipes/{n} is stale: run `make recipes` and commit the result", file=sys.stderr)
-        return 1 if stale else 0
-    OUT.mkdir(parents=True, exist_ok=True)
-    for old in OUT.glob("*.md"):
-        if old.name not in want:
-            old.unlink()
-    for n, text in want.items():
-        (OUT / n).write_text(text)
-    print(f"wrote {len(want)} pages into {OUT.relative_to(REPO)}/")
-    return 0
+    want = {OUT / n: text for n, text in pages().items()}
+    extra = tuple(p for p in OUT.glob("*.md") if p not in want) if OUT.is_dir() else ()
+    return sync(want, args.check, "make recipes", extra)
 
 
 if __name__ == "__main__":

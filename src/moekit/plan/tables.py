@@ -30,7 +30,7 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 @cache
 def data(name: str) -> dict[str, Any]:
     """A YAML file shipped in moekit/data, parsed (cached: read once per process)."""
-    return yaml.safe_load((DATA / name).read_text())
+    return yaml.load((DATA / name).read_text(), getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: fast
 
 
 @cache
@@ -117,6 +117,7 @@ def plan_of(
             scale,
             data("forecast.yaml"),
             record,
+            data("forecast_bands.yaml"),
         )
         if search:
             links, table = data("links.yaml"), data("forecast.yaml")
