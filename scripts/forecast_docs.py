@@ -16,10 +16,10 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate.py beside this file, however this is loaded
-from generate import REPO, between, stdout_of, sync  # noqa: E402
+from moekit.plan import tables, validate
 
-from moekit.plan import tables, validate  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate import REPO, between, stdout_of, sync  # noqa: E402  (scripts/ is no package: the one path beside it)
 
 DOC = REPO / "docs" / "plan.md"
 PARAMS = tables.DATA / "forecast.yaml"

@@ -21,15 +21,15 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # generate.py beside this file, however this is loaded
-from generate import stdout_of, sync  # noqa: E402
+from moekit.base import failures
+from moekit.config.checks import warnings
+from moekit.config.compose import config_dir, group_options
+from moekit.config.load import load
+from moekit.config.schema import Config
+from moekit.render.jobset import DIGEST_HOWTO
 
-from moekit.base import failures  # noqa: E402
-from moekit.config.checks import warnings  # noqa: E402
-from moekit.config.compose import config_dir, group_options  # noqa: E402
-from moekit.config.load import load  # noqa: E402
-from moekit.config.schema import Config  # noqa: E402
-from moekit.render.jobset import DIGEST_HOWTO  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate import stdout_of, sync  # noqa: E402  (scripts/ is no package: the one regeneration path beside it)
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "recipes"

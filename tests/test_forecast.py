@@ -319,3 +319,18 @@ def test_report_shows_the_forecast_beside_the_measurement(tmp_path):
     assert float(cells[2].split()[0]) == pytest.approx(0.9714, rel=0.02)
     assert "| grouped GEMM | " in report and "| attention | " in report
     assert "Measured vs forecast" not in proc.stdout or "forecast s/step" in proc.stdout
+
+
+def test_the_plan_command_imports_its_machinery_only_when_it_runs():
+    """`moekit plan`'s CPU goal (2 s on a 2-core machine, docs/plan.md): importing the command module (what the
+    parser and every other command pay) loads neither Hydra, pydantic nor the plan (0.3 s of CPU before)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, moekit.commands.plan\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('hydra', 'pydantic', 'yaml', 'omegaconf')\n"
+        "      or m.startswith(('moekit.plan', 'moekit.config'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
