@@ -3,7 +3,7 @@
 A configuration's domain is its distance from the nearest point whose measurement set the forecast's parameters
 (the calibration points of data/forecast_points.yaml), in six levels: the same configuration; another batch (or
 sequence length); other settings (back end, precision, memory policy, XLA flags, attention, data); another model
-family or shape; other hardware; another number of devices. Levels 0 is `calibrated`, 1-2 `interpolated`, 3-5
+family or shape; other hardware; another number of devices. Level 0 is `calibrated`, 1-2 `interpolated`, 3-5
 `extrapolated`.
 
 The band's width at each level comes from the validation residuals: the 90th percentile of |error| of the
@@ -21,6 +21,10 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
+
+from moekit.config.schema import Config
+from moekit.plan.forecast import Forecast
+from moekit.plan.model import Dims
 
 LEVELS = ("same configuration", "other batch", "other settings", "other family", "other hardware", "other scale")
 KINDS = ("calibrated", "interpolated", "interpolated", "extrapolated", "extrapolated", "extrapolated")
@@ -54,9 +58,8 @@ class Position:
         return asdict(self)
 
 
-def position(cfg: Any, values: Mapping[str, Any], dims: Any, devices: int) -> Position:
-    """The position of a composed config (`cfg`: moekit's Config; `values`: MaxText's resolved keys; `dims`:
-    plan.model.Dims)."""
+def position(cfg: Config, values: Mapping[str, Any], dims: Dims, devices: int) -> Position:
+    """The position of a composed config (`values`: MaxText's resolved keys, `dims` their shape)."""
     tensors = ",".join(f"{k}={v}" for k, v in sorted(cfg.memory.tensors.items()))
     if len(cfg.memory.tensors) > 3:  # one line stays readable; the digest still tells two placements apart
         tensors = f"{len(cfg.memory.tensors)} tensors placed #{hashlib.sha256(tensors.encode()).hexdigest()[:8]}"
@@ -145,7 +148,8 @@ def widths(residuals: Iterable[tuple[int, float]]) -> list[dict[str, Any]]:
     """The band's half-width per level from (level, error) pairs of validation points: per level the `QUANTILE` of
     |error| over its points, at least the width of the level before; a level with fewer than `MIN_POINTS` points
     takes the width of the level before. Each: level, name, width, points (how many set it), how."""
-    by = [[abs(e) for lv, e in residuals if lv == i] for i in range(len(LEVELS))]
+    pairs = list(residuals)
+    by = [[abs(e) for lv, e in pairs if lv == i] for i in range(len(LEVELS))]
     out: list[dict[str, Any]] = []
     before = 0.0
     for i, errs in enumerate(by):
@@ -183,8 +187,8 @@ def describe(domain: Domain, width: float) -> str:
     return text + f"; band +-{width:.1%} (validation residuals at this level)"
 
 
-def place(fc: Any, pos: Position, table: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """A forecast (plan.forecast.Forecast) placed among the calibration points of `table`
+def place(fc: Forecast, pos: Position, table: Mapping[str, Any]) -> tuple[Forecast, dict[str, Any]]:
+    """A forecast placed among the calibration points of `table`
     (data/forecast_bands.yaml): the forecast with its step band widened to its level's width, and the JSON fields
     `domain` (calibrated, interpolated or extrapolated), `domain_level`, `nearest_measured`, `band_width` and
     `domain_text`."""
