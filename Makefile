@@ -7,7 +7,7 @@ PIP_QUIET := --quiet --disable-pip-version-check
 LOCK := requirements/cpu.lock
 export PYTHONWARNINGS := ignore::UserWarning:hydra,ignore::FutureWarning:hydra
 
-.PHONY: help venv venv-ref smoke test test-soak test-fast lint lock clean k8s recipes
+.PHONY: help venv venv-ref smoke test test-soak test-fast lint lock clean k8s recipes docs
 
 help:  ## list targets
 	@grep -E '^[a-z0-9_-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -56,6 +56,10 @@ k8s: venv  ## re-render the JobSets in k8s/ from the command in each file's head
 	$(VENV)/bin/moekit render --refresh k8s
 
 recipes: venv  ## regenerate docs/recipes/ from each experiment's config (tests/test_recipes.py diffs them)
+	$(PY) scripts/recipes.py
+
+docs: venv  ## regenerate every generated doc and data file: the forecast's (scripts/forecast_docs.py), then recipes
+	$(PY) scripts/forecast_docs.py
 	$(PY) scripts/recipes.py
 
 lint: venv  ## ruff

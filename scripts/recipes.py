@@ -13,8 +13,6 @@ so a page cannot drift from its experiment (tests/test_recipes.py fails when one
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import re
 import sys
@@ -32,6 +30,7 @@ from moekit.render.jobset import DIGEST_HOWTO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import performance_docs  # noqa: E402  (scripts/ is no package: the page helpers beside this file)
+from generate import stdout_of, sync  # noqa: E402  (scripts/ is no package: the one regeneration path beside it)
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "docs" / "recipes"
@@ -93,15 +92,8 @@ def _base_image() -> str:
 
 
 def _plan(name: str) -> dict[str, Any]:
-    """What `moekit plan experiment=<name> --format json` prints, run in this process (the command's own code)."""
-    from moekit.commands import plan as plan_cmd
-
-    parser = argparse.ArgumentParser()
-    plan_cmd.add_arguments(parser)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        plan_cmd.run(parser.parse_args([f"experiment={name}", "--format", "json"]))
-    return json.loads(out.getvalue())
+    """What `moekit plan experiment=<name> --format json` prints (the command, run in this process)."""
+    return json.loads(stdout_of("plan", f"experiment={name}", "--format", "json"))
 
 
 def _peak(cfg: Config) -> tuple[str, float | None]:
@@ -394,21 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="exit 1 when a page is missing, stale or extra")
     args = ap.parse_args(argv)
-    want = pages()
-    if args.check:
-        have = {p.name: p.read_text() for p in OUT.glob("*.md")} if OUT.is_dir() else {}
-        stale = sorted(n for n in want.keys() | have.keys() if want.get(n) != have.get(n))
-        for n in stale:
-            print(f"docs/recipes/{n} is stale: run `make recipes` and commit the result", file=sys.stderr)
-        return 1 if stale else 0
-    OUT.mkdir(parents=True, exist_ok=True)
-    for old in OUT.glob("*.md"):
-        if old.name not in want:
-            old.unlink()
-    for n, text in want.items():
-        (OUT / n).write_text(text)
-    print(f"wrote {len(want)} pages into {OUT.relative_to(REPO)}/")
-    return 0
+    want = {OUT / n: text for n, text in pages().items()}
+    extra = tuple(p for p in OUT.glob("*.md") if p not in want) if OUT.is_dir() else ()
+    return sync(want, args.check, "make recipes", extra)
 
 
 if __name__ == "__main__":

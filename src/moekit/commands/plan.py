@@ -1,4 +1,6 @@
-"""`moekit plan`: per-device memory, FLOPs, communication and step-time estimate; launches nothing."""
+"""`moekit plan`: per-device memory, FLOPs, communication and step-time estimate; launches nothing.
+
+The plan's modules are imported inside `run`, so that `moekit --help` and the parser do not pay for them."""
 
 from __future__ import annotations
 
@@ -7,14 +9,12 @@ import json
 from pathlib import Path
 
 from moekit.base.errors import ConfigError
-from moekit.config.load import load
-from moekit.plan import tables, text, validate
 
 HELP = "estimate memory, FLOPs and communication per device before launch"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The overrides, --format, --scale and --compute-tflops."""
+    """The overrides, --format, --scale, --compute-tflops, --fabric, --fabric-any, --search and --validate."""
     p.add_argument("overrides", nargs="*", help="Hydra overrides: group=option, a.b=value")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument(
@@ -30,6 +30,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--fabric", type=Path, metavar="PATH", help="a run's fabric.json: its measured link fractions for the forecast"
     )
     p.add_argument(
+        "--fabric-any",
+        action="store_true",
+        help="with --fabric: use a fabric.json measured on other hardware or on a CPU backend",
+    )
+    p.add_argument(
         "--search", action="store_true", help="rank meshes and per-device batches for this GPU count by forecast"
     )
     p.add_argument(
@@ -37,29 +42,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="forecast every measured and published point (data/forecast_points.yaml) and print the table",
     )
-    p.add_argument(
-        "--write",
-        action="store_true",
-        help="with --validate: re-derive the calibrated parameters and rewrite docs/plan.md's validation table",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
     """Compose and check the config, then print its plan (text or JSON); or, with --validate, the validation table.
     Returns 0. Launches nothing."""
     if args.validate:
-        print(validate.report(args.write, args.format))
+        from moekit.plan import validate
+
+        print(validate.report(args.format))
         return 0
-    if args.write:
-        raise ConfigError("--write goes with --validate: moekit plan --validate --write")
+    if args.fabric_any and args.fabric is None:
+        raise ConfigError(
+            "--fabric-any goes with --fabric PATH: moekit plan … --fabric RUN_DIR/fabric.json --fabric-any"
+        )
     try:
         scale = [int(x) for x in args.scale.split(",") if x.strip()]
     except ValueError:
         raise ConfigError(
             f"--scale {args.scale!r}: give GPU counts separated by commas, e.g. --scale 128,1024"
         ) from None
+    from moekit.config.load import load
+    from moekit.plan import forecast, tables, text
+
     tables.check_numbers(args.compute_tflops, scale)
     cfg = load(args.overrides, warn=False)  # the plan lists the warnings itself
+    if args.fabric is not None and not args.fabric_any:
+        why = forecast.fabric_mismatch(tables.fabric_record(args.fabric), cfg.hardware.name)
+        if why:
+            raise ConfigError(
+                f"--fabric {args.fabric}: {why}.\n"
+                f"  fix: give the fabric.json of a run on {cfg.hardware.name} (moekit fabric), or add --fabric-any "
+                "to use these measurements anyway"
+            )
     out = tables.plan_of(cfg, args.compute_tflops, scale, args.fabric, args.search)
     print(json.dumps(out, indent=2) if args.format == "json" else text.format_text(out))
     return 0

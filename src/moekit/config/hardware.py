@@ -29,7 +29,7 @@ def read_yaml(path: Path, what: str) -> Any:
     if len(raw) > MAX_BYTES:
         raise ConfigError(f"{what} {path}: larger than {MAX_BYTES:,} bytes, so not one; give the file itself")
     try:
-        return yaml.safe_load(raw)
+        return yaml.load(raw, getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml where present: fast
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {path}: not valid YAML ({exc})") from None
 

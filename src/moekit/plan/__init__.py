@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from moekit.config.schema import Config
-from moekit.plan import calibrate, forecast, memory, network
+from moekit.plan import calibrate, domain, forecast, memory, network
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims, maxtext_values
 from moekit.translate.env import env
@@ -53,11 +53,13 @@ def build(
     scale: Sequence[int] = (),
     forecast_table: Mapping[str, Any] | None = None,
     fabric: Mapping[str, Any] | None = None,
+    bands: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole plan as plain data: mesh, model sizes, memory items and totals (GiB), training FLOPs, collectives
     (GB), the no-overhead bound at a compute rate, and, with `forecast_table` (data/forecast.yaml) and GPU hardware,
     the forecast (plan.forecast) and its weak scaling to each GPU count in `scale`; `fabric`: a run's fabric.json,
-    whose measured link fractions replace the defaults."""
+    whose measured link fractions replace the defaults; `bands` (data/forecast_bands.yaml): where the forecast sits
+    among the measured points, and its band widened to the residuals there (plan.domain)."""
     values = resolved_values(cfg, base, model_file)
     dims = Dims.from_values(values)
     mesh = Mesh.from_config(cfg)
@@ -111,11 +113,18 @@ def build(
     if forecast_table is not None and links is not None:
         su = calibrate.setup(cfg, values, links_table, forecast_table, mem.total("host"), not mem.warnings)
         params = forecast.params_from(forecast_table, fabric)
-        out["forecast"] = forecast.forecast(su, params).to_dict() | {
-            "links": "measured fractions from --fabric" if fabric else "default link fractions (data/forecast.yaml)",
-            "provenance": "forecast from measured one-GPU parts (data/breakdowns.yaml, data/forecast.yaml); "
-            "docs/plan.md holds its validation table",
-        }
+        fc, placed = forecast.forecast(su, params), {}
+        if bands is not None:
+            fc, placed = domain.place(fc, domain.position(cfg, values, dims, mesh.devices), bands)
+        out["forecast"] = (
+            fc.to_dict()
+            | placed
+            | {
+                "links": forecast.links_label(params),
+                "provenance": "forecast from measured one-GPU parts (data/breakdowns.yaml, data/forecast.yaml); "
+                "docs/plan.md holds its validation table",
+            }
+        )
         if scale:
             out["scaling"] = []
             for n in scale:

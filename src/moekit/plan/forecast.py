@@ -80,14 +80,39 @@ def fabric_params(record: Mapping[str, Any]) -> dict[str, Param]:
     out = {}
     for key, r in best.items():
         f = float(r["ratio"])
-        src = f"measured by the run's fabric check: {key[0]} of {r['size_bytes']:,} B on {key[1]} ({f:.0%} of nominal)"
+        src = f"{FABRIC_SOURCE}: {key[0]} of {r['size_bytes']:,} B on {key[1]} ({f:.0%} of nominal)"
         out[_FABRIC[key]] = Param(f, 0.9 * f, min(1.0, 1.1 * f), src)
     for key, r in small.items():
         name = f"latency.{key[1]}_us"
         t = float(r["time_s"]) * 1e6
-        src = f"measured by the run's fabric check: {key[0]} of {r['size_bytes']:,} B on {key[1]} took {t:.3g} us"
+        src = f"{FABRIC_SOURCE}: {key[0]} of {r['size_bytes']:,} B on {key[1]} took {t:.3g} us"
         out[name] = Param(t, 0.5 * t, 1.5 * t, src)
     return out
+
+
+FABRIC_SOURCE = "measured by the run's fabric check"
+
+
+def links_label(params: Mapping[str, Param]) -> str:
+    """Which link parameters a fabric.json measured (the rest keep data/forecast.yaml's defaults)."""
+    measured = sorted(n for n, q in params.items() if q.source.startswith(FABRIC_SOURCE))
+    if not measured:
+        return "default link fractions (data/forecast.yaml)"
+    return f"measured by --fabric: {', '.join(measured)}; other link parameters: defaults (data/forecast.yaml)"
+
+
+def fabric_mismatch(record: Mapping[str, Any], hardware: str) -> str | None:
+    """Why a fabric.json cannot stand for the links of `hardware` (measured on other hardware, on a CPU backend, or
+    on hardware it does not name), or None when it can."""
+    measured_on = record.get("hardware")
+    names = " ".join(str(v) for v in (record.get("link_names") or {}).values())
+    if measured_on == "cpu" or (names and "NVLink" not in names):
+        return f"it was measured on a CPU backend (hardware={measured_on}), whose links say nothing of {hardware}'s"
+    if measured_on is None:
+        return f"it does not name the hardware it was measured on, so it may not be {hardware}'s"
+    if measured_on != hardware:
+        return f"it was measured on hardware={measured_on}, not on {hardware}, whose links differ"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -415,6 +440,19 @@ def evaluate(su: Setup, p: Callable[[str], float], src: Callable[[str], str] | N
     return parts
 
 
+def _link_sources(src: Callable[[str], str], kind: str, flows: list[network.Traffic]) -> str:
+    """The sources of the achieved fraction and the latency of each link class the `flows` use."""
+    use = (("scale_up", sum(f.ici_bytes for f in flows)), ("scale_out", sum(f.dcn_bytes for f in flows)))
+    classes = [c for c, b in use if b] or ["scale_up"]
+    names = [n for c in classes for n in (f"link.{c}.{kind}", f"latency.{c}_us")]
+    return "; ".join(f"{n}: {src(n)}" for n in names)
+
+
+def _hop(n: int, mesh: Mesh) -> str:
+    """The latency parameter of the synchronisation's barrier hops."""
+    return "latency.scale_out_us" if n > mesh.slice_devices else "latency.scale_up_us"
+
+
 def _rate(su: Setup, p: Callable[[str], float], link: str, kind: str) -> float:
     """Achieved bytes/s per GPU per direction on a link class for a collective kind."""
     assert su.links is not None
@@ -454,8 +492,7 @@ def communication(
                 ep_s,
                 f"{(f.ici_bytes + f.dcn_bytes) / 1e9:.4g} GB ({dispatch}{dedup_text}) "
                 f"+ {calls} x latency; {share:.0%} exposed",
-                "link.scale_up.all_to_all: "
-                + src("link.scale_up.all_to_all")
+                _link_sources(src, "all_to_all", [f])
                 + ("; ep.nccl_ep_exposed: " + src("ep.nccl_ep_exposed") if dispatch == "nccl_ep" else ""),
                 "communication",
             )
@@ -484,7 +521,7 @@ def communication(
                 "FSDP/DP collectives (exposed)",
                 exposed,
                 f"{gb:.4g} GB, {coll_s:.3g} s at achieved rates + {calls:.0f} calls x {per_call * 1e6:.3g} us; {rule}",
-                "link.*.collective: " + src("link.scale_up.collective") + "; " + rule_src,
+                _link_sources(src, "collective", hidden) + "; " + rule_src,
                 "communication",
             )
         )
@@ -529,14 +566,18 @@ def communication(
         sigma = math.hypot(p("sync.step_cv"), p("sync.static_cv"))
         z = expected_max(n)
         step = compute_s + sum(x.seconds for x in out)
-        lat = 2 * math.log2(n) * (lat_out if n > mesh.slice_devices else lat_up)
+        lat = 2 * math.log2(n) * p(_hop(n, mesh)) * 1e-6
         out.append(
             Part(
                 "synchronisation",
                 step * sigma * z + lat,
                 f"slowest of {n} devices: speed CV {sigma:.2%} (step jitter {p('sync.step_cv'):.2%}, device spread "
                 f"{p('sync.static_cv'):.1%}) x {z:.2f} (expected max of {n}) + barrier latency 2 log2({n}) hops",
-                "sync.step_cv: " + src("sync.step_cv") + "; sync.static_cv: " + src("sync.static_cv"),
+                "sync.step_cv: "
+                + src("sync.step_cv")
+                + "; sync.static_cv: "
+                + src("sync.static_cv")
+                + (f"; {hop}: {src(hop)}" if (hop := _hop(n, mesh)) else ""),
                 "synchronisation",
             )
         )

@@ -170,6 +170,7 @@ def plan_of(
             scale,
             data("forecast.yaml"),
             record,
+            data("forecast_bands.yaml"),
         )
         if search:
             links, table = data("links.yaml"), data("forecast.yaml")

@@ -83,13 +83,15 @@ def format_forecast(f: dict[str, Any], scaling: list[dict[str, Any]]) -> list[st
         f"{f['tokens_per_s_per_device_high']:,.0f}]   MFU {f['mfu']:.1%} [{f['mfu_low']:.1%}-{f['mfu_high']:.1%}] "
         f"of {f['mfu_peak_tflops']:g}",
     ]
+    if "domain_text" in f:
+        lines.append(f"  domain: {f['domain_text']}")
     width = max(len(x["name"]) for x in f["parts"])
     for x in f["parts"]:
         lines.append(f"  {x['name']:<{width}}  {x['seconds']:8.4f} s  {x['how']}")
         lines.append(f"  {'':<{width}}  {'':8}    source: {x['source']}")
     if f["band_drivers"]:
         lines.append(
-            "  band (parameters at the ends of their range, combined in quadrature); widest: "
+            "  parameters' band (each at the ends of its range, combined in quadrature); widest: "
             + ", ".join(f"{d['param']} {d['faster_s']:+.3g}/{d['slower_s']:+.3g} s" for d in f["band_drivers"][:4])
         )
     for row in scaling:

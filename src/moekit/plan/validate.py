@@ -1,27 +1,27 @@
 """The forecast against every number the repository holds: the validation table of docs/plan.md.
 
 `moekit plan --validate` composes each point of data/forecast_points.yaml, forecasts it with data/forecast.yaml,
-and prints the table; `--write` also re-derives the calibrated parameters (plan/calibrate.py) into
-data/forecast.yaml and replaces the table between the markers in docs/plan.md. Calibration points are shown but
-left out of the error statistics.
+places it among the calibration points (plan/domain.py), widens its band by the residuals of the other points at
+its level (leave one out), and prints the table. Calibration points are shown but left out of the error
+statistics. Nothing here writes a file: scripts/forecast_docs.py regenerates docs/plan.md's table, the derived
+parameters of data/forecast.yaml and data/forecast_bands.yaml from these functions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from functools import cache
 from typing import Any
 
-from moekit.base.errors import ConfigError
-from moekit.plan import calibrate, tables
-from moekit.plan.forecast import Forecast, efficiency, forecast, grown, params_from
+from moekit.plan import calibrate, domain, tables
+from moekit.plan.forecast import Forecast, Setup, efficiency, forecast, grown, params_from
 
-BEGIN = "<!-- BEGIN forecast validation (moekit plan --validate --write) -->"
+BEGIN = "<!-- BEGIN forecast validation (moekit plan --validate; scripts/forecast_docs.py) -->"
 END = "<!-- END forecast validation -->"
-DOC = Path(__file__).resolve().parents[3] / "docs" / "plan.md"
-"""The page whose table `--write` replaces: present in a source checkout only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,12 @@ class Row:
     source: str
     calibration: str | None = None
     note: str = ""
+    level: int | None = None
+    """Its domain's level among the calibration points (plan/domain.py); None for a scaling efficiency."""
+    width: float = 0.0
+    """The half-width its band was widened to (0: the parameters' band alone)."""
+    work_ratio: float = 0.0
+    """Its FLOPs per step over its nearest calibration point's."""
 
     @property
     def error(self) -> float:
@@ -53,18 +59,51 @@ class Row:
         return self.low <= self.measured <= self.high
 
 
-def _fc(overrides: list[str], params) -> tuple[Any, Forecast]:
-    cfg, su = tables.compose_setup(overrides)
-    return su, forecast(su, params)
+@cache
+def _composed(overrides: tuple[str, ...]) -> tuple[Setup, domain.Position]:
+    cfg, su = tables.compose_setup(list(overrides))
+    return su, domain.position(cfg, su.values, su.dims, su.mesh.devices)
 
 
-def rows() -> list[Row]:
-    """Every point of data/forecast_points.yaml with its forecast."""
+def _fc(overrides: Sequence[str], params) -> tuple[Setup, Forecast, domain.Position]:
+    su, pos = _composed(tuple(overrides))
+    return su, forecast(su, params), pos
+
+
+def anchors() -> list[dict[str, Any]]:
+    """The calibration points (one per configuration, the first named): name, run, measured step_s, overrides,
+    position. What the forecast's domain is measured from."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in tables.data("forecast_points.yaml")["measured"]:
+        if not p.get("calibration"):
+            continue
+        pos = _composed(tuple(p["overrides"]))[1].to_dict()
+        key = json.dumps(pos, sort_keys=True)
+        out.setdefault(
+            key,
+            {
+                "name": p["name"],
+                "run": p["run"],
+                "step_s": float(p["step_s"]),
+                "overrides": p["overrides"],
+                "position": pos,
+            },
+        )
+    return list(out.values())
+
+
+def _place(pos: domain.Position, marks: list[dict[str, Any]]) -> dict[str, Any]:
+    d = domain.classify(pos, marks)
+    return {"level": d.level, "work_ratio": d.work_ratio}
+
+
+def _raw_rows() -> list[Row]:
     points = tables.data("forecast_points.yaml")
     params = params_from(tables.data("forecast.yaml"))
+    marks = anchors()
     out = []
     for p in points["measured"]:
-        _, f = _fc(p["overrides"], params)
+        _, f, pos = _fc(p["overrides"], params)
         out.append(
             Row(
                 p["name"],
@@ -77,10 +116,11 @@ def rows() -> list[Row]:
                 f"run {p['run']}",
                 p.get("calibration"),
                 p.get("note", ""),
+                **_place(pos, marks),
             )
         )
     for p in points["published"]:
-        su, f = _fc(p["overrides"], params)
+        su, f, pos = _fc(p["overrides"], params)
         if "efficiency" in p:
             base, top = p["scale"]
             eff, lo, hi, why = efficiency(grown(su, base), grown(su, top), params)
@@ -101,9 +141,50 @@ def rows() -> list[Row]:
                 "TFLOP/s",
                 "NVIDIA blog",
                 note=p.get("note", "") + ("" if su.fits else "; does not fit memory as modelled"),
+                **_place(pos, marks),
             )
         )
     return out
+
+
+def residuals(rs: Sequence[Row]) -> list[tuple[int, float]]:
+    """(level, error) of every row with a domain (not the scaling efficiency), calibration points included (they
+    alone are at level 0)."""
+    return [(r.level, r.error) for r in rs if r.level is not None]
+
+
+def _widened(r: Row, width: float) -> Row:
+    if r.unit == "TFLOP/s":  # the step band's ends, as throughput: f / (1 + w) .. f / (1 - w)
+        low, high = min(r.low, r.forecast / (1 + width)), max(r.high, r.forecast / (1 - width))
+    else:
+        low, high = domain.widen(r.low, r.high, r.forecast, width)
+    return dataclasses.replace(r, low=low, high=high, width=width)
+
+
+def rows() -> list[Row]:
+    """Every point of data/forecast_points.yaml with its forecast, its band widened by the residuals of the other
+    points at its level (leave one out: a point's own error never sets its band)."""
+    raw = _raw_rows()
+    out = []
+    for i, r in enumerate(raw):
+        if r.level is None:
+            out.append(r)
+            continue
+        others = residuals(raw[:i] + raw[i + 1 :])
+        out.append(_widened(r, domain.widths(others)[r.level]["width"]))
+    return out
+
+
+def bands(rs: Sequence[Row]) -> dict[str, Any]:
+    """data/forecast_bands.yaml's content: the calibration points, the band's half-width per level over every
+    validation residual, and the range of work per step (over the nearest calibration point's) the validation
+    points span."""
+    ratios = [r.work_ratio for r in rs if r.level and not r.calibration]
+    return {
+        "anchors": anchors(),
+        "widths": domain.widths(residuals(rs)),
+        "work_ratio": [min(ratios), max(ratios)],
+    }
 
 
 def ladder() -> tuple[list[tuple[str, float, bool]], bool]:
@@ -113,7 +194,7 @@ def ladder() -> tuple[list[tuple[str, float, bool]], bool]:
     params = params_from(tables.data("forecast.yaml"))
     rungs = []
     for name in points["experiments"]:
-        su, f = _fc([f"experiment={name}"], params)
+        su, f, _ = _fc([f"experiment={name}"], params)
         rungs.append((name, f.to_dict()["tflops_per_device"], su.fits))
     return rungs, all(b[1] > a[1] for a, b in zip(rungs, rungs[1:], strict=False))
 
@@ -130,8 +211,8 @@ def table(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) ->
     """The markdown of the validation section (between the markers)."""
     med, worst = stats(rs)
     lines = [
-        "| point | measured / published | forecast [band] | error | in band | source |",
-        "|---|---|---|---|---|---|",
+        "| point | measured / published | forecast [band] | error | in band | domain | source |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rs:
         fmt = ".1%" if r.unit == "efficiency" else (".3f" if r.unit == "s/step" else ".0f")
@@ -140,7 +221,7 @@ def table(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) ->
         lines.append(
             f"| {name} | {format(r.measured, fmt)} {r.unit} | {format(r.forecast, fmt)} "
             f"[{format(r.low, fmt)}-{format(r.high, fmt)}] | {r.error:+.1%} | {'yes' if r.inside else 'no'} | "
-            f"{r.source}{note} |"
+            f"{_domain_cell(r)} | {r.source}{note} |"
         )
     rung_text = " -> ".join(
         f"{n.removeprefix('dsv3_ladder_')} {t:.0f}" + ("" if fits else " (does not fit memory)") for n, t, fits in rungs
@@ -157,6 +238,12 @@ def table(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) ->
         "",
         f"Ladder (forecast TFLOP/s/device, GB300, 128 GPUs): {rung_text}. "
         f"Each rung faster than the one before: {'yes' if ordered else 'no'}.",
+        "",
+    ]
+    lines += [
+        "Band half-width by domain (plan/domain.py; the level of each point in the table, its band the wider of "
+        "its parameters' and +-this, set without its own error): "
+        + "; ".join(f"{w['name']} {w['width']:.1%} ({w['how']})" for w in domain.widths(residuals(rs))),
         "",
     ]
     scored = [r for r in rs if not r.calibration]
@@ -178,19 +265,10 @@ def table(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) ->
     return "\n".join(lines)
 
 
-def section() -> str:
-    """The whole generated section, markers included."""
-    rs = rows()
-    rungs, ordered = ladder()
-    return f"{BEGIN}\n{table(rs, rungs, ordered)}\n{END}"
-
-
-def replace_section(doc: str, text: str) -> str:
-    """`doc` with the text between the markers replaced by `text` (markers included); appended when absent."""
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        return head + text + rest.split(END, 1)[1]
-    return doc.rstrip("\n") + "\n\n" + text + "\n"
+def _domain_cell(r: Row) -> str:
+    if r.level is None:
+        return "parameters' band"
+    return f"{domain.LEVELS[r.level]} +-{r.width:.1%}"
 
 
 def recalibrate() -> tuple[str, dict[str, float]]:
@@ -217,6 +295,9 @@ def as_json(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) 
                 "high": r.high,
                 "error": r.error,
                 "calibration": r.calibration,
+                "domain": None if r.level is None else domain.LEVELS[r.level],
+                "band_width": r.width,
+                "inside": r.inside,
                 "source": r.source,
                 "note": r.note,
             }
@@ -226,24 +307,14 @@ def as_json(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) 
         "ladder_ordered": ordered,
         "median_abs_error": med,
         "largest": None if worst is None else {"name": worst.name, "error": worst.error},
+        "band_widths": domain.widths(residuals(rs)),
     }
 
 
-def report(write: bool, fmt: str) -> str:
-    """`moekit plan --validate`: every point's forecast as the table (text) or JSON. With `write`, first the
-    calibrated parameters re-derived into data/forecast.yaml, then (text) the table written into docs/plan.md."""
-    if write:
-        if not DOC.is_file():
-            raise ConfigError(f"--write rewrites {DOC}, which this installation does not have (a source checkout does)")
-        text, _ = recalibrate()
-        (tables.DATA / "forecast.yaml").write_text(text)
-        tables.data.cache_clear()
+def report(fmt: str) -> str:
+    """`moekit plan --validate`: every point's forecast as the table (text) or JSON."""
     rs = rows()
     rungs, ordered = ladder()
     if fmt == "json":
         return json.dumps(as_json(rs, rungs, ordered), indent=2)
-    text = f"{BEGIN}\n{table(rs, rungs, ordered)}\n{END}"
-    if not write:
-        return text
-    DOC.write_text(replace_section(DOC.read_text(), text))
-    return f"{text}\nmoekit: wrote {DOC} and {tables.DATA / 'forecast.yaml'}"
+    return table(rs, rungs, ordered)
