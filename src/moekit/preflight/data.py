@@ -105,9 +105,26 @@ def _size(path: str) -> int | None:
 
 
 def problems(cfg: Config) -> tuple[list[Problem], Found]:
-    """What is wrong with the data for this config on this host (empty when it is ready)."""
-    d, out = cfg.data, []
+    """What is wrong with the data for this config on this host (empty when it is ready).
+
+    The checks run in the order a user fixes them: the files, what they hold, the tokenizer, then how the tokenizer
+    and the sequence length fit the model.
+    """
     host = socket.gethostname()
+    files, out = _local_files(cfg.data, host)
+    out += _content_problems(cfg, files)
+    path, vocab, tokenizer_problems = _tokenizer(cfg.data, host)
+    out += tokenizer_problems
+    out += _model_fit_problems(cfg, vocab)
+    return out, Found(files, path, vocab)
+
+
+def _local_files(d: Data, host: str) -> tuple[list[str], list[Problem]]:
+    """The non-empty local files matching data.files, and the problems: a pattern that matches nothing, empty files.
+
+    Remote patterns are left to MaxText; a pattern of a corpus the run prepares itself may match nothing yet.
+    """
+    out: list[Problem] = []
     files: list[str] = []
     for pattern in patterns(d):
         if pattern.startswith(REMOTE):
@@ -136,6 +153,12 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
             )
         )
         files = [f for f in files if f not in empty]
+    return files, out
+
+
+def _content_problems(cfg: Config, files: list[str]) -> list[Problem]:
+    """What is wrong with what the files hold (format, text column, capacity) and with grain's workers per file."""
+    d, out = cfg.data, []
     if files:
         fmt = d.format or "parquet"
         try:
@@ -165,21 +188,30 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
                     f"data.workers={per_process}, or split the data into more files",
                 )
             )
-    path, vocab = None, None
-    if d.tokenizer:
-        path = resolve_tokenizer(d.tokenizer)
-        kind = "huggingface" if d.dataset_type == "hf" else d.tokenizer_type
-        try:
-            vocab = vocab_size(path, kind)
-        except Exception as exc:  # MaxText's loaders raise ValueError; Hugging Face raises OSError offline
-            out.append(
-                Problem(
-                    "data.tokenizer",
-                    f"the {kind} tokenizer {d.tokenizer!r} does not load: {str(exc).splitlines()[0][:300]}",
-                    f"data.tokenizer=<a path on {host}>, or one MaxText ships: "
-                    + ", ".join(maxtext_files.shipped_tokenizers()),
-                )
-            )
+    return out
+
+
+def _tokenizer(d: Data, host: str) -> tuple[str | None, int | None, list[Problem]]:
+    """The tokenizer's resolved path and vocabulary size (None when it is unset or does not load), and the problem."""
+    if not d.tokenizer:
+        return None, None, []
+    path = resolve_tokenizer(d.tokenizer)
+    kind = "huggingface" if d.dataset_type == "hf" else d.tokenizer_type
+    try:
+        return path, vocab_size(path, kind), []
+    except Exception as exc:  # MaxText's loaders raise ValueError; Hugging Face raises OSError offline
+        problem = Problem(
+            "data.tokenizer",
+            f"the {kind} tokenizer {d.tokenizer!r} does not load: {str(exc).splitlines()[0][:300]}",
+            f"data.tokenizer=<a path on {host}>, or one MaxText ships: "
+            + ", ".join(maxtext_files.shipped_tokenizers()),
+        )
+        return path, None, [problem]
+
+
+def _model_fit_problems(cfg: Config, vocab: int | None) -> list[Problem]:
+    """Whether the tokenizer's vocabulary and the sequence length fit the model's embedding and context."""
+    out = []
     values = resolved_values(cfg, *maxtext_files.model_values(cfg.model.name))
     model_vocab = int(values["vocab_size"])
     if vocab is not None and vocab > model_vocab:
@@ -201,7 +233,7 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
                 f"train.seq_len={int(values['max_position_embeddings'])}",
             )
         )
-    return out, Found(files, path, vocab)
+    return out
 
 
 def found_text(cfg: Config, found: Found) -> str:

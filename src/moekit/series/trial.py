@@ -46,6 +46,42 @@ def run(
     console = run_dir.parent / f"{run_dir.name}.out"  # beside it: moekit train wants run.dir new or its own
     argv = [sys.executable, "-m", "moekit", "train", *overrides, f"run.dir={run_dir}"]
     start = time.monotonic()
+    returncode, timed_out = _train(argv, run_dir, console, timeout_s, env, echo)
+    wall = time.monotonic() - start
+    log = _tail(run_dir / rundir.LOG) + _tail(console)
+    manifest = records.try_manifest(run_dir)
+    failure = failures.of_child(
+        returncode, timeout_s, timed_out, manifest.failure if manifest else None, _tail(console)
+    )
+    result: dict[str, Any] = {
+        "overrides": overrides,
+        "run_dir": str(run_dir),
+        "status": tuning.classify(failure),
+        "returncode": returncode,
+        "wall_s": round(wall, 1),
+    }
+    result |= _measured(run_dir, manifest)
+    result["console"] = str(console)
+    if failure is not None:
+        result["error"] = next((ln.strip()[:300] for ln in reversed(log.splitlines()) if ln.strip()), "")
+        result["failure"] = {"class": failure.name, "title": failure.title, "evidence": failure.evidence}
+        result["failure"]["help"] = failure.doc
+    return result
+
+
+def _train(
+    argv: list[str],
+    run_dir: Path,
+    console: Path,
+    timeout_s: float | None,
+    env: dict[str, str] | None,
+    echo: bool,
+) -> tuple[int | None, bool]:
+    """Run the child `moekit train` to its end or its timeout; returns its exit status and whether it timed out.
+
+    On a timeout, and also when this process is interrupted, the child gets an interrupt (then a kill) and the
+    MaxText workers it left are reaped, so that no worker keeps holding the GPU.
+    """
     timed_out = False
     with open(console, "w") as out:
         proc = subprocess.Popen(
@@ -73,19 +109,13 @@ def run(
             _reap(run_dir)
             if pump:
                 pump.join(timeout=10)
-    wall = time.monotonic() - start
-    log = _tail(run_dir / rundir.LOG) + _tail(console)
-    manifest = records.try_manifest(run_dir)
-    failure = failures.of_child(
-        proc.returncode, timeout_s, timed_out, manifest.failure if manifest else None, _tail(console)
-    )
-    result: dict[str, Any] = {
-        "overrides": overrides,
-        "run_dir": str(run_dir),
-        "status": tuning.classify(failure),
-        "returncode": proc.returncode,
-        "wall_s": round(wall, 1),
-    }
+    return proc.returncode, timed_out
+
+
+def _measured(run_dir: Path, manifest: records.Manifest | None) -> dict[str, Any]:
+    """What the run directory says the run measured: the steady-state numbers (from the steps logged when moekit
+    did not summarize), the host's load from others, peak memory and MaxText's compile-time estimate."""
+    result: dict[str, Any] = {}
     recorded = records.read_summary(run_dir) or records.Summary()
     stats, provenance = recorded.stats, recorded.provenance or {}
     if not recorded.steady and (run_dir / rundir.METRICS).is_file():
@@ -112,11 +142,6 @@ def run(
     found = _ESTIMATE.findall(_tail(run_dir / rundir.LOG, 2_000_000))
     if found:
         result["compiled_estimate_gib"] = round(float(found[-1]) * 1.0, 2)  # MaxText's "GB" are GiB (2**30)
-    result["console"] = str(console)
-    if failure is not None:
-        result["error"] = next((ln.strip()[:300] for ln in reversed(log.splitlines()) if ln.strip()), "")
-        result["failure"] = {"class": failure.name, "title": failure.title, "evidence": failure.evidence}
-        result["failure"]["help"] = failure.doc
     return result
 
 

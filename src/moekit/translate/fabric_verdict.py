@@ -112,21 +112,66 @@ def judge(
     groups: dict[int, list[RankResult]] = {}
     for r in ranks:
         groups.setdefault(r.group, []).append(r)
-    problems: list[dict[str, Any]] = []
-    for r in ranks:
-        if not r.correct:
-            problems.append(
-                {
-                    "kind": WRONG,
-                    "rank": r.rank,
-                    "host": r.host,
-                    "link_class": r.link_class,
-                    "collective": c.name,
-                    "size_bytes": size_bytes,
-                    "what": f"{c.name} of {size_text(size_bytes)} gave a wrong result on rank {r.rank} (host {r.host})",
-                }
-            )
+    problems = _wrong_results(c, size_bytes, ranks)
+    worst, slow = _slowest(c, size_bytes, groups, expected, min_fraction, judge_rate)
+    w = worst or {}
+    return {
+        "collective": c.name,
+        "axes": list(c.axes),
+        "size_bytes": size_bytes,
+        "groups": len(groups),
+        "group_size": ranks[0].group_size if ranks else 0,
+        "link_class": w.get("link_class"),
+        "time_s": w.get("time_s"),
+        "gb_per_s": w.get("gb_per_s"),
+        "expected_gb_per_s": w.get("expected_gb_per_s"),
+        "ratio": w.get("ratio"),
+        "slowest_rank": w.get("rank"),
+        "per_rank": [
+            {
+                "rank": r.rank,
+                "host": r.host,
+                "group": r.group,
+                "link_class": r.link_class,
+                "time_s": r.time_s,
+                "gb_per_s": bus_gb_per_s(c, size_bytes, r.group_size, r.time_s),
+                "correct": r.correct,
+            }
+            for r in sorted(ranks, key=lambda r: r.rank)
+        ],
+        "problems": problems + slow,
+    }
+
+
+def _wrong_results(c: Collective, size_bytes: int, ranks: Sequence[RankResult]) -> list[dict[str, Any]]:
+    """One problem per rank whose result was wrong."""
+    return [
+        {
+            "kind": WRONG,
+            "rank": r.rank,
+            "host": r.host,
+            "link_class": r.link_class,
+            "collective": c.name,
+            "size_bytes": size_bytes,
+            "what": f"{c.name} of {size_text(size_bytes)} gave a wrong result on rank {r.rank} (host {r.host})",
+        }
+        for r in ranks
+        if not r.correct
+    ]
+
+
+def _slowest(
+    c: Collective,
+    size_bytes: int,
+    groups: Mapping[int, list[RankResult]],
+    expected: Mapping[str, Mapping[str, Any]],
+    min_fraction: float,
+    judge_rate: bool,
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The slowest rank over all groups (a group runs at its slowest member's pace) with its bandwidth and expected
+    rate, and one problem per group under min_fraction of its link's rate (only when `judge_rate`)."""
     worst: dict[str, Any] | None = None
+    problems: list[dict[str, Any]] = []
     for members in groups.values():
         slowest = max(members, key=lambda r: r.time_s)
         bw = bus_gb_per_s(c, size_bytes, slowest.group_size, slowest.time_s)
@@ -157,33 +202,7 @@ def judge(
                     f"group of rank {slowest.rank}: ranks {sorted(m.rank for m in members)}",
                 }
             )
-    w = worst or {}
-    return {
-        "collective": c.name,
-        "axes": list(c.axes),
-        "size_bytes": size_bytes,
-        "groups": len(groups),
-        "group_size": ranks[0].group_size if ranks else 0,
-        "link_class": w.get("link_class"),
-        "time_s": w.get("time_s"),
-        "gb_per_s": w.get("gb_per_s"),
-        "expected_gb_per_s": w.get("expected_gb_per_s"),
-        "ratio": w.get("ratio"),
-        "slowest_rank": w.get("rank"),
-        "per_rank": [
-            {
-                "rank": r.rank,
-                "host": r.host,
-                "group": r.group,
-                "link_class": r.link_class,
-                "time_s": r.time_s,
-                "gb_per_s": bus_gb_per_s(c, size_bytes, r.group_size, r.time_s),
-                "correct": r.correct,
-            }
-            for r in sorted(ranks, key=lambda r: r.rank)
-        ],
-        "problems": problems,
-    }
+    return worst, problems
 
 
 def missing_problem(

@@ -6,6 +6,7 @@ optimization set what. Later entries win; output order is deterministic.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from moekit.config.checks.checkpoint import ITEMS
@@ -52,13 +53,37 @@ class Arg(NamedTuple):
         return f"{self.key}={values.maxtext(self.value)}"
 
 
+# A phase of maxtext_args adds its arguments through `put(origin, **key_values)`, in order.
+_Put = Callable[..., None]
+
+
 def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
-    """The MaxText key=value arguments for this config, deduplicated (last writer wins)."""
+    """The MaxText key=value arguments for this config, deduplicated (last writer wins).
+
+    The groups write in a fixed order (model and data, the MoE block and precision, memory and layout, checkpoints
+    and processes, then profiling and maxtext.extra last, so that an explicit extra key wins).
+    """
     args: list[Arg] = []
 
     def put(origin: str, **kv: Scalar) -> None:
         args.extend(Arg(k, v, origin) for k, v in kv.items())
 
+    _model_and_data(cfg, run_dir, metrics_file, put)
+    _moe_and_precision(cfg, put)
+    _memory_and_layout(cfg, put)
+    _checkpoint_and_processes(cfg, put)
+    put("profile=on", **profile.maxtext_keys(cfg))
+    put("maxtext.extra", **cfg.maxtext.extra)
+
+    merged: dict[str, Arg] = {}
+    for arg in args:
+        merged.pop(arg.key, None)
+        merged[arg.key] = arg
+    return list(merged.values())
+
+
+def _model_and_data(cfg: Config, run_dir: str, metrics_file: str, put: _Put) -> None:
+    """The run's outputs, the model's shape and routing, the hardware, the training schedule and the data."""
     m, t = cfg.model, cfg.train
     put(
         "run",
@@ -89,6 +114,10 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
         data_shuffle_seed=t.seed,
     )
     put(f"data={cfg.data.dataset_type}", **data_keys(cfg.data))
+
+
+def _moe_and_precision(cfg: Config, put: _Put) -> None:
+    """The MoE back end and its dispatch, the TE block's buffers and expert GEMMs, and the precision's keys."""
     moe = cfg.moe
     put(f"moe={moe.backend}", **cfg.backend.maxtext, capacity_factor=moe.capacity_factor)
     if cfg.backend.sparse:
@@ -103,13 +132,21 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
     elif moe.ragged_buffer_factor > 0:
         put("moe.ragged_buffer_factor", ragged_buffer_factor=moe.ragged_buffer_factor)
     put(f"precision={cfg.precision.name}", **PRECISION_KEYS[cfg.precision.name])
+
+
+def _memory_and_layout(cfg: Config, put: _Put) -> None:
+    """Rematerialization and offload, the attention kernel, and the mesh (ICI and DCN axes)."""
     mem = f"memory={cfg.memory.name}"
     put(mem, remat_policy=cfg.memory.remat_policy, **cfg.memory.tensors)
-    if m.attention:
-        put("model.attention", attention=m.attention)
+    if cfg.model.attention:
+        put("model.attention", attention=cfg.model.attention)
     ici, dcn = cfg.ici_filled, cfg.parallelism.dcn
     put("parallelism.ici", **{f"ici_{k}_parallelism": v for k, v in ici.items()})
     put("parallelism.dcn", **{f"dcn_{k}_parallelism": v for k, v in dcn.items()})
+
+
+def _checkpoint_and_processes(cfg: Config, put: _Put) -> None:
+    """Checkpointing (period, initial weights, save on preemption) and what the number of processes asks of JAX."""
     every = cfg.checkpoint.every
     put("checkpoint", enable_checkpointing=every > 0, **({"checkpoint_period": every} if every else {}))
     if cfg.checkpoint.init_from:
@@ -125,11 +162,3 @@ def maxtext_args(cfg: Config, run_dir: str, metrics_file: str) -> list[Arg]:
         # starts the first step minutes before the others finish compiling, and XLA:CPU's Gloo gives up after 30 s
         # (measured on this 2-core machine, 2026-12-03). Compile every time instead.
         put("cluster (CPU processes)", jax_cache_dir="")
-    put("profile=on", **profile.maxtext_keys(cfg))
-    put("maxtext.extra", **cfg.maxtext.extra)
-
-    merged: dict[str, Arg] = {}
-    for arg in args:
-        merged.pop(arg.key, None)
-        merged[arg.key] = arg
-    return list(merged.values())

@@ -310,19 +310,7 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     mesh_sizes = {a: spec["ici"][a] * spec["dcn"][a] for a in fv.AXES}
     expected = fv.expected_rates(links_table(), spec.get("links"))
-    record: dict[str, Any] = {
-        "mode": spec["mode"],
-        "min_fraction": spec["min_fraction"],
-        "hardware": spec["hardware"],
-        "devices": len(devices),
-        "processes": n,
-        "mesh": mesh_sizes,
-        "sizes_bytes": spec["sizes"],
-        "expected": expected,
-        "link_names": fv.link_names(spec["platform"]),
-        "results": [],
-        "problems": [],
-    }
+    record = _new_record(spec, len(devices), n, mesh_sizes, expected)
     plan = fv.collectives(mesh_sizes)
     if len(devices) == 1 or not plan:
         record["checked"] = f"{len(devices)} device(s): no collective to check"
@@ -365,24 +353,56 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     meet.publish("result", json.dumps(mine))
     everyone = {r: json.loads(v) for r, v in meet.gather("result").items()} if n > 1 else {0: mine}
     if rank == 0:
-        for c in plan:
-            sizes = sorted({m["size"] for m in mine if m["collective"] == c.name})
-            for size in sizes:
-                ranks = [
-                    fv.RankResult(
-                        r, meet.host(r), m["group"], m["link_class"], m["group_size"], m["time_s"], m["correct"]
-                    )
-                    for r, ms in everyone.items()
-                    for m in ms
-                    if m["collective"] == c.name and m["size"] == size
-                ]
-                result = fv.judge(c, size, ranks, expected, spec["min_fraction"], size == sizes[-1])
-                record["problems"] += result.pop("problems")
-                record["results"].append(result)
+        _judge_all(plan, mine, everyone, meet, spec, record)
     record["checked"] = ", ".join(f"{c.name} over {'+'.join(c.axes)}" for c in plan)
     record["hosts"] = {str(r): meet.host(r) for r in range(n)}
     record["wall_s"] = time.monotonic() - started
     return record
+
+
+def _new_record(
+    spec: dict[str, Any], devices: int, processes: int, mesh_sizes: dict[str, int], expected: dict[str, Any]
+) -> dict[str, Any]:
+    """The record's header (what was asked, on which devices and mesh, against which rates), with no result yet."""
+    return {
+        "mode": spec["mode"],
+        "min_fraction": spec["min_fraction"],
+        "hardware": spec["hardware"],
+        "devices": devices,
+        "processes": processes,
+        "mesh": mesh_sizes,
+        "sizes_bytes": spec["sizes"],
+        "expected": expected,
+        "link_names": fv.link_names(spec["platform"]),
+        "results": [],
+        "problems": [],
+    }
+
+
+def _judge_all(
+    plan: list[fv.Collective],
+    mine: list[dict[str, Any]],
+    everyone: dict[int, list[dict[str, Any]]],
+    meet: _Meet,
+    spec: dict[str, Any],
+    record: dict[str, Any],
+) -> None:
+    """On process 0: judge every collective at every size over all ranks' measurements, into `record`.
+
+    The sizes are the ones process 0 measured; the largest one is the size whose rate is held to the bound.
+    """
+    for c in plan:
+        sizes = sorted({m["size"] for m in mine if m["collective"] == c.name})
+        for size in sizes:
+            ranks = [
+                fv.RankResult(r, meet.host(r), m["group"], m["link_class"], m["group_size"], m["time_s"], m["correct"])
+                for r, ms in everyone.items()
+                for m in ms
+                if m["collective"] == c.name and m["size"] == size
+            ]
+            result = fv.judge(c, size, ranks, record["expected"], spec["min_fraction"], size == sizes[-1])
+            record["problems"] += result.pop("problems")
+            record["results"].append(result)
 
 
 def _run_plan(
