@@ -202,3 +202,17 @@ def test_two_processes_read_different_shards(tmp_path):
     assert read[0].isdisjoint(read[1]), read
     assert all(s % 2 == 0 for s in read[0]) and all(s % 2 == 1 for s in read[1]), read
     assert len(losses(run)) == 6
+
+
+def test_cudnn_flash_jax_on_packed_rows_is_named_before_launch():
+    """It takes no segment ids: packed documents see each other (a warning: a causal model over the whole row)."""
+    from moekit.config.checks import warnings
+
+    def named(overrides):
+        return [str(w) for w in warnings(compose("smoke", ["hardware=h200", *overrides])) if "segment ids" in w.what]
+
+    assert named(["maxtext.extra.attention=cudnn_flash_jax", "data=grain", "data.files=/d/x"])
+    assert named(["model.attention=cudnn_flash_jax", "data.max_segments_per_seq=3"])
+    assert not named(["model.attention=cudnn_flash_jax"])  # synthetic rows of one segment
+    assert not named(["model.attention=cudnn_flash_jax", "data=grain", "data.files=/d/x", "data.packing=false"])
+

@@ -76,6 +76,7 @@ WARNINGS: list[Check] = [
     mesh.ici_within_nvlink_domain,
     cluster.network_fits_the_layout,
     cluster.keys_of_another_kind,
+    data.segments_with_jax_cudnn_attention,
 ]
 
 

@@ -109,3 +109,22 @@ def segments_with_te_attention(cfg: Config) -> Iterator[Problem]:
             "data.max_segments_per_seq=1 (one segment per synthetic row)" if synthetic
             else "data.max_segments_per_seq=32, or data.packing=false",
         )
+
+
+def segments_with_jax_cudnn_attention(cfg: Config) -> Iterator[Problem]:
+    """MaxText 0.2.5's cudnn_flash_jax takes no segment ids in training (`cudnn_jax_flash_attention`: causal mask
+    only), so on rows holding several documents each token attends across the documents before it, where MaxText's
+    other kernels keep it inside its own: a different model, whose losses do not compare with theirs."""
+    attention = cfg.maxtext.extra.get("attention", cfg.model.attention)
+    d = cfg.data
+    if cfg.hardware.platform != "gpu" or attention != "cudnn_flash_jax" or not d.packing:
+        return
+    if d.dataset_type != "synthetic" or d.max_segments_per_seq >= 2:
+        yield Problem(
+            "model.attention",
+            "attention=cudnn_flash_jax on packed rows: MaxText hands it no segment ids, so tokens attend across the "
+            "documents packed before them (MaxText's dot_product and cudnn_flash_te keep them inside their own); "
+            "its losses do not compare with those kernels'",
+            "model.attention=cudnn_flash_te with data.max_segments_per_seq=32 (segment ids, THD), or "
+            "data.packing=false",
+        )
