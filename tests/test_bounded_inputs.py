@@ -5,6 +5,7 @@ standard output, and the first commands of a recipe."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -288,3 +289,21 @@ def test_metrics_doc_lists_the_report_sections_in_the_report_order(tmp_path, cap
     headings = [ln[3:] for ln in (tmp_path / "report.md").read_text().splitlines() if ln.startswith("## ")]
     at = [next((i for i, d in enumerate(documented) if h.startswith(d)), None) for h in headings]
     assert None not in at and at == sorted(at) and len(at) >= 5, (headings, documented)
+
+
+def test_a_config_tree_file_that_is_a_pipe_or_huge_is_refused_not_read(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    os.mkfifo(conf / "model" / "piped.yaml")  # Hydra would wait on it for ever
+    proc = moekit("config", "show", "experiment=smoke", env={"MOEKIT_CONF_DIR": str(conf)}, timeout=120)
+    assert proc.returncode == 2 and "piped.yaml is not a regular file" in proc.stderr, proc.stderr
+    (conf / "model" / "piped.yaml").unlink()
+    with open(conf / "model" / "huge.yaml", "wb") as fh:
+        fh.truncate(64 * 1024 * 1024)
+    proc = moekit("config", "show", "experiment=smoke", env={"MOEKIT_CONF_DIR": str(conf)}, timeout=120)
+    assert proc.returncode == 2 and "huge.yaml holds more than" in proc.stderr, proc.stderr
+
+
+def test_prepared_data_in_the_repository_stays_out_of_git():
+    proc = subprocess.run(["git", "check-ignore", "-q", "data/texts/corpus.json"], cwd=REPO)
+    assert proc.returncode == 0  # `data prepare ~/texts --out data/texts`, as the README gives it
