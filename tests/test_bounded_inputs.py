@@ -307,3 +307,18 @@ def test_a_config_tree_file_that_is_a_pipe_or_huge_is_refused_not_read(tmp_path)
 def test_prepared_data_in_the_repository_stays_out_of_git():
     proc = subprocess.run(["git", "check-ignore", "-q", "data/texts/corpus.json"], cwd=REPO)
     assert proc.returncode == 0  # `data prepare ~/texts --out data/texts`, as the README gives it
+
+
+def test_console_lines_share_one_clock():
+    import io
+
+    from moekit.observe.runs import progress
+
+    ticks = iter([100.0, 112.5, 130.0])
+    stream = io.StringIO()
+    phases = progress.Phases(stream, clock=lambda: next(ticks))
+    phases("launching")  # +12.5 s
+    line = progress.format_progress(progress.StepLine(0, 1.0, 2.0), 3, phases.elapsed())  # the same origin
+    assert "(+12.5 s) launching" in stream.getvalue() and line.endswith("(30 s elapsed)"), (stream.getvalue(), line)
+    source = (REPO / "src" / "moekit" / "run" / "execute.py").read_text()
+    assert "format_progress(s, steps, phase.elapsed(), pace)" in source  # step lines count from the command's start
