@@ -172,6 +172,9 @@ def test_data_prepare_refuses_text_made_of_control_bytes(tmp_path):
     with pytest.raises(text_shards.PrepareError, match=r"ctl.txt is binary, not text \(320 of its 331 bytes"):
         text_shards.prepare(text_shards.source_files(src), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+    (src / "ctl.txt").write_text("\x85\x9b\x90" * 50 + "a few words\n")  # C1 controls: valid UTF-8, not text
+    with pytest.raises(text_shards.PrepareError, match=r"ctl.txt is binary, not text \(150 of its 312 bytes"):
+        text_shards.prepare(text_shards.source_files(src), tmp_path / "out")
     (src / "ctl.txt").unlink()
     assert text_shards.prepare(text_shards.source_files(src), tmp_path / "out").tokens > 0
 

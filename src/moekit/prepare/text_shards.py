@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -140,6 +141,7 @@ MIN_VOCAB = 2  # fewer tokens than this encode nothing (an empty vocabulary with
 
 # Control characters no text file is made of (tab, line ends, form feed and escape sequences are text's own).
 CONTROL_BYTES = bytes(b for b in [*range(0x20), 0x7F] if b not in b"\t\n\r\x0b\x0c\x1b")
+C1_CONTROLS = re.compile(rb"\xc2[\x80-\x9f]")  # U+0080..U+009F in UTF-8: control characters too
 CONTROL_SHARE = 100  # more than 1 byte in this many a control character: binary (a stray one is left alone)
 
 
@@ -154,9 +156,13 @@ def read_text(path: Path) -> str:
         raise PrepareError(
             f"{path} is binary, not text (a NUL byte at byte {nul}); leave it out with --suffix (e.g. .txt,.md)"
         )
-    controls = len(data) - len(data.translate(None, CONTROL_BYTES))
-    if controls * CONTROL_SHARE > len(data):  # valid UTF-8, but text this full of control bytes is binary
-        first = next(i for i, b in enumerate(data) if b in CONTROL_BYTES)
+    c1 = C1_CONTROLS.findall(data)
+    controls = len(data) - len(data.translate(None, CONTROL_BYTES)) + len(c1)
+    if controls * CONTROL_SHARE > len(data):  # valid UTF-8, but text this full of control characters is binary
+        first = min(
+            next((i for i, b in enumerate(data) if b in CONTROL_BYTES), len(data)),
+            C1_CONTROLS.search(data).start() if c1 else len(data),
+        )
         raise PrepareError(
             f"{path} is binary, not text ({controls:,} of its {len(data):,} bytes are control characters, the first "
             f"at byte {first}); leave it out with --suffix (e.g. .txt,.md)"
