@@ -325,3 +325,13 @@ def test_console_lines_share_one_clock():
     assert "(+12.5 s) launching" in stream.getvalue() and line.endswith("(30 s elapsed)"), (stream.getvalue(), line)
     source = (REPO / "src" / "moekit" / "run" / "execute.py").read_text()
     assert "format_progress(s, steps, phase.elapsed(), pace)" in source  # step lines count from the command's start
+
+
+def test_data_prepare_reads_a_bounded_text_file(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("some words\n")
+    with open(src / "huge.txt", "wb") as fh:  # sparse: costs no disk
+        fh.truncate(text_shards.TEXT_MAX_BYTES + 1)
+    with pytest.raises(text_shards.PrepareError, match="huge.txt holds more than .*split it into files"):
+        text_shards.prepare(text_shards.source_files(src), tmp_path / "out")

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from moekit.base import bounded
 from moekit.base.errors import MoekitError
 from moekit.preflight import data as data_preflight
 
@@ -141,14 +142,18 @@ MIN_VOCAB = 2  # fewer tokens than this encode nothing (an empty vocabulary with
 
 # Control characters no text file is made of (tab, line ends, form feed and escape sequences are text's own).
 CONTROL_BYTES = bytes(b for b in [*range(0x20), 0x7F] if b not in b"\t\n\r\x0b\x0c\x1b")
+TEXT_MAX_BYTES = 1024 * bounded.MiB  # one source file is read whole (and chunked) in memory
 C1_CONTROLS = re.compile(rb"\xc2[\x80-\x9f]")  # U+0080..U+009F in UTF-8: control characters too
 CONTROL_SHARE = 100  # more than 1 byte in this many a control character: binary (a stray one is left alone)
 
 
 def read_text(path: Path) -> str:
-    """A file's text (UTF-8); PrepareError names the file when it cannot be read or is not text."""
+    """A file's text (UTF-8); PrepareError names the file when it cannot be read, is larger than TEXT_MAX_BYTES or
+    is not text."""
     try:
-        data = path.read_bytes()
+        data = bounded.read_bytes(path, TEXT_MAX_BYTES, "text file")
+    except bounded.TooLarge as exc:
+        raise PrepareError(f"{str(exc).splitlines()[0]}; split it into files of at most 1 GiB") from None
     except OSError as exc:
         raise PrepareError(f"{path} cannot be read ({exc.strerror}); fix its permissions or leave it out") from None
     nul = data.find(b"\0")
