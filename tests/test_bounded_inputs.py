@@ -97,7 +97,11 @@ def test_an_mfu_over_100_percent_is_flagged_in_the_table_and_explained(tmp_path,
     (run / "config.yaml").write_text(yaml.safe_dump(cfg))
     assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
     text = (run / "report.md").read_text()
-    assert "(over 100%: not possible, see notes)" in text and "MFU bf16 is over 100% of the peak" in text
+    assert "(over 100%: not possible, see notes)" in text and "MFU bf16 is over 100% (or not above 0)" in text
+    cfg["hardware"]["peak_tflops"]["bf16"] = -989.0  # a recorded peak below 0: a negative MFU
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    assert cli.main(["report", str(run)]) == 0, capsys.readouterr().err
+    assert "% of -989 (not possible, see notes)" in (run / "report.md").read_text()
 
 
 def test_a_run_still_compiling_is_not_one_that_wrote_no_step(tmp_path, capsys):

@@ -46,13 +46,16 @@ def _mfu(r: Run, dtype: str) -> str:
     peak = (r.hardware.get("peak_tflops") or {}).get(dtype)
     if v is None:
         return "n/a"
-    return f"{v:.1%} of {peak:g}" + (" (over 100%: not possible, see notes)" if v > 1 else "")
+    shown = f"{v:.1%} of {peak:g}"
+    if dtype in impossible_mfu(r):
+        shown += " (over 100%: not possible, see notes)" if v > 1 else " (not possible, see notes)"
+    return shown
 
 
 def impossible_mfu(r: Run) -> list[str]:
-    """The dtypes whose MFU is over 100%: the run did more than its hardware's peak, so the peak (hardware=) or the
-    FLOP count is wrong for this run."""
-    return [k for k, v in (r.summary.get("mfu") or {}).items() if v is not None and v > 1]
+    """The dtypes whose MFU no run can have: over 100% (more than the hardware's peak) or not above 0 (a peak that
+    is not a positive number); the peak (hardware=) or the FLOP count is wrong for this run."""
+    return [k for k, v in (r.summary.get("mfu") or {}).items() if v is not None and not 0 < v <= 1]
 
 
 def _versions(r: Run) -> str:
@@ -310,10 +313,11 @@ def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
             )
         if over := impossible_mfu(r):
             out.append(
-                f"{name}: MFU {', '.join(over)} is over 100% of the peak of hardware={r.hardware.get('name', '?')}, "
-                "which no run can reach: the run's hardware is not the one its config names (a CPU or another GPU "
-                "under hardware=h100, say) or MaxText counted FLOPs this model does not do. Fix: train with the "
-                "hardware= option of the machine it runs on; do not quote this MFU."
+                f"{name}: MFU {', '.join(over)} is over 100% (or not above 0) of the peak of hardware="
+                f"{r.hardware.get('name', '?')}, which no run can have: the run's hardware is not the one its config "
+                "names (a CPU or another GPU under hardware=h100, say), its recorded peak is wrong, or MaxText counted "
+                "FLOPs this model does not do. Fix: train with the hardware= option of the machine it runs on; do "
+                "not quote this MFU."
             )
         if r.metrics.truncated_tail:
             out.append(f"{name}: the last line of {r.metrics.path} was cut off (run killed mid-write); it was skipped.")
