@@ -24,7 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
-
+import moekit_python  # noqa: E402, F401 (re-runs this script with .venv/bin/python when this Python lacks moekit's stack)
 import run_presets  # noqa: E402
 
 from moekit import plan  # noqa: E402

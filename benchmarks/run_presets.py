@@ -28,6 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+import moekit_python  # noqa: E402, F401 (re-runs this script with .venv/bin/python when this Python lacks moekit's stack)
 
 from moekit.config.load import load  # noqa: E402
 from moekit.config.sweeps import expand  # noqa: E402

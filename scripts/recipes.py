@@ -159,12 +159,15 @@ def _commands(cfg: Config, name: str) -> list[str]:
     if c.nodes == 1 and not gpu:
         out += ["Run it here:", "", "```", f"moekit train experiment={name}", "```"]
     elif c.nodes == 1:
+        # Outside a cluster job the node's own processes run it (cluster=local): a jobset or slurm config would wait
+        # for the variables its pods or tasks set.
+        here = "" if c.row.one_host else " cluster=local"
         out += [
             "Run it on one GPU node, in moekit's image:",
             "",
             "```",
             "docker build -t moekit .",
-            f"docker run --gpus all --ipc=host moekit train experiment={name}",
+            f"docker run --gpus all --ipc=host moekit train experiment={name}{here}",
             "```",
         ]
     else:
@@ -274,7 +277,13 @@ def _cleanup(cfg: Config, name: str) -> list[str]:
             "```",
             "Run directories on a cluster.output volume stay; delete them there when the report is written.",
         ]
-    return ["```", f"rm -r {cfg.run.base_dir}/{name}/<run>     # one run directory; nothing else is written", "```"]
+    return [
+        "```",
+        f"rm -r {cfg.run.base_dir}/{name}/<run>     # one run directory",
+        "```",
+        "moekit also keeps a cache of answers that depend only on installed versions (and prepared corpora) in "
+        "$MOEKIT_CACHE_DIR, else ~/.cache/moekit; delete that folder to free it (it is refilled when needed).",
+    ]
 
 
 def _strip(lines: list[str]) -> list[str]:

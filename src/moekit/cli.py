@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     interrupt returns 130 and a closed stdout pipe 141."""
     warnings.filterwarnings("ignore", module="hydra")
     warnings.filterwarnings("ignore", category=UserWarning)
+    _fill_closed_streams()
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = redact.RedactingStream(sys.stdout), redact.RedactingStream(sys.stderr)
     try:
@@ -143,6 +144,23 @@ def _main(argv: list[str] | None) -> int:
 
 # A write to standard output failed for want of space (a redirect to a full disk or quota).
 _OUTPUT_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _fill_closed_streams() -> None:
+    """Put /dev/null where standard input, output or error was closed (`moekit plan ... >&-`): what would be printed
+    is discarded as the user asked, and no file moekit opens later (a log, a lock) takes descriptor 0, 1 or 2, where
+    a print or a child process would write into it."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            if getattr(sys, name) is not None:
+                continue
+        except OSError:
+            devnull = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            if devnull != fd:
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        setattr(sys, name, open(fd, mode, encoding="utf8", closefd=False))  # noqa: SIM115 (lives as long as moekit)
 
 
 def _silence_stdout() -> None:

@@ -141,9 +141,16 @@ class RedactingStream:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        """Write `text` without its URL passwords; returns the length given (what callers count on)."""
-        self._stream.write(redact_urls(text))
+        """Write `text` without its URL passwords; returns the length given (what callers count on). A stream the
+        interpreter found closed at start (None: `moekit ... >&-`) takes the text and discards it."""
+        if self._stream is not None:
+            self._stream.write(redact_urls(text))
         return len(text)
+
+    def flush(self) -> None:
+        """Flush the stream underneath (nothing to flush when it was closed at start)."""
+        if self._stream is not None:
+            self._stream.flush()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

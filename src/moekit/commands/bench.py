@@ -101,7 +101,8 @@ def _list(text: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Time the chosen benchmark: estimate and progress on stderr, the table or JSON on stdout; returns 0."""
+    """Time the chosen benchmark: estimate and progress on stderr, the table or JSON on stdout; returns 0, or 1 when
+    dispatch's two combines disagree."""
     import jax
 
     from moekit.bench import dispatch, gmm, timing
@@ -144,4 +145,4 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json"
         else f"{text}\nmeasured {prov['date']} on {prov['device']} (jax {prov['versions'].get('jax')})"
     )
-    return 0
+    return 1 if result.get("combines_agree") is False else 0  # two combines that disagree: a wrong kernel

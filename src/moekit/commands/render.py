@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import moekit
-from moekit.base import redact
+from moekit.base import bounded, redact
 from moekit.base.errors import ConfigError, MoekitError
 from moekit.config.load import load
 from moekit.config.schema import Config
@@ -91,10 +91,15 @@ def too_large(target: Target, text: str) -> str | None:
     )
 
 
+RENDERED_MAX_BYTES = 8 * 1024 * 1024  # twice the largest target's own limit (render/targets.py max_bytes)
+
+
 def recorded_command(path: Path) -> tuple[list[str], str | None]:
     """(overrides, -o label) from the '# render: moekit render ...' line of a rendered file."""
     try:
-        text = path.read_text(encoding="utf8", errors="replace")
+        text = bounded.read_text(path, RENDERED_MAX_BYTES, "rendered job file", errors="replace")
+    except bounded.TooLarge as exc:
+        raise MoekitError(f"{exc}, or move it out of the folder") from None
     except OSError as exc:
         raise MoekitError(
             f"{path}: cannot read it ({exc.strerror}).\n  fix: make it readable, or move it out of the folder"

@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
         batch = tuning.batch_key(cfg)
         ref = ref_results[batch]
         if same_as_reference:
-            r = dict(ref) | {"role": "candidate (same as reference)", "overrides": ov}
+            r = dict(ref) | {"role": tune_table.SAME, "overrides": ov}
         else:
             print(f"moekit tune: candidate {i + 1}/{len(candidates)}: {tuning.label(ov)}", flush=True)
             r = trial.run(ov, out / f"c{i}", args.timeout_s) | {"role": "candidate", "batch": list(batch)}

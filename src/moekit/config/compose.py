@@ -14,6 +14,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
+from moekit.base import bounded
 from moekit.base.errors import ConfigError
 from moekit.config import formats, interpolation
 from moekit.config.schema import Config, defaults
@@ -124,7 +125,7 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
     overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in map(as_typed, overrides)]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
-    if problem := _tagged(conf):
+    if problem := _unreadable(conf) or _tagged(conf) or _defaults_outside(conf):
         raise ConfigError(problem)
     try:
         with hydra_at(conf):
@@ -140,6 +141,22 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
 # YAML tags that only restate a plain scalar's type; any other tag (!!binary, !!timestamp, !!set, !!python/...) would
 # have the loader build a value of another kind (bytes, a datetime, a set) that no config key holds.
 PLAIN_TAGS = {"!!str", "!!int", "!!float", "!!bool", "!!null", "!!map", "!!seq"}
+
+
+CONFIG_MAX_BYTES = 4 * 1024 * 1024  # a config file is a few kB; Hydra reads each it reaches whole
+
+
+def _unreadable(conf: Path) -> str | None:
+    """The first config file that is not a regular file of at most CONFIG_MAX_BYTES (a pipe named x.yaml would hang
+    Hydra, /dev/zero would fill the memory), as a message with its fix; None when every one is."""
+    for path in sorted(conf.rglob("*.yaml")):
+        try:
+            bounded.read_bytes(path, CONFIG_MAX_BYTES, "config file")
+        except bounded.TooLarge as exc:
+            return f"{exc}, or move it out of the config tree {conf}"
+        except OSError:  # compose reports an unreadable file with its own message
+            continue
+    return None
 
 
 def _tagged(conf: Path) -> str | None:
@@ -166,6 +183,40 @@ def _tagged(conf: Path) -> str | None:
                         )
         except yaml.YAMLError:  # compose reports it with its file and line
             continue
+    return None
+
+
+def _defaults_outside(conf: Path) -> str | None:
+    """The first config file whose defaults list names a file outside the config tree (`- override /model: ../../x`,
+    `- ../../x`), as a message with its fix; None when every entry stays inside. The same rule as an override's
+    (_outside_tree): Hydra would load any YAML file the list reaches. Only files holding '..' or '~' are parsed."""
+    root = conf.resolve()
+    for path in sorted(conf.rglob("*.yaml")):
+        try:
+            text = path.read_text(encoding="utf8")
+            body = yaml.safe_load(text) if ".." in text or "~" in text else None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):  # compose reports those with their own messages
+            continue
+        entries = body.get("defaults") if isinstance(body, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            pairs = entry.items() if isinstance(entry, dict) else [(None, entry)]
+            for key, value in pairs:
+                for name in value if isinstance(value, list) else [value]:
+                    if not isinstance(name, str):
+                        continue
+                    group = str(key or "").replace("override ", "").replace("optional ", "").strip()
+                    group = group.split("@", 1)[0].strip("/")
+                    here = root / group if key is not None else path.parent.resolve()
+                    target = (root if name.startswith("/") else here) / f"{name.lstrip('/')}.yaml"
+                    words = [*Path(group).parts, *Path(name).parts]
+                    if ".." in words or name.startswith("~") or not target.resolve().is_relative_to(root):
+                        shown = f"{key}: {name}" if key is not None else name
+                        return (
+                            f"{path}: its defaults list names `{shown}`, a file outside the config tree {conf}; "
+                            "moekit reads config only from that tree (nothing was run).\n"
+                            f"  fix: name an option inside the tree (moekit config groups lists them), or copy the "
+                            f"file into conf/{group or '<group>'}/"
+                        )
     return None
 
 

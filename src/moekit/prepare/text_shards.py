@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from moekit.base import bounded
 from moekit.base.errors import MoekitError
 from moekit.preflight import data as data_preflight
 
@@ -134,16 +136,41 @@ def source_files(src: Path, suffixes: Sequence[str] = (), exclude: Sequence[Path
     return found
 
 
+# What a tokenizer folder holds (Hugging Face, SentencePiece, tiktoken files).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "vocab.txt", "*.model", "*.tiktoken")
+MIN_VOCAB = 2  # fewer tokens than this encode nothing (an empty vocabulary with its unknown token)
+
+# Control characters no text file is made of (tab, line ends, form feed and escape sequences are text's own).
+CONTROL_BYTES = bytes(b for b in [*range(0x20), 0x7F] if b not in b"\t\n\r\x0b\x0c\x1b")
+TEXT_MAX_BYTES = 1024 * bounded.MiB  # one source file is read whole (and chunked) in memory
+C1_CONTROLS = re.compile(rb"\xc2[\x80-\x9f]")  # U+0080..U+009F in UTF-8: control characters too
+CONTROL_SHARE = 100  # more than 1 byte in this many a control character: binary (a stray one is left alone)
+
+
 def read_text(path: Path) -> str:
-    """A file's text (UTF-8); PrepareError names the file when it cannot be read or is not text."""
+    """A file's text (UTF-8); PrepareError names the file when it cannot be read, is larger than TEXT_MAX_BYTES or
+    is not text."""
     try:
-        data = path.read_bytes()
+        data = bounded.read_bytes(path, TEXT_MAX_BYTES, "text file")
+    except bounded.TooLarge as exc:
+        raise PrepareError(f"{str(exc).splitlines()[0]}; split it into files of at most 1 GiB") from None
     except OSError as exc:
         raise PrepareError(f"{path} cannot be read ({exc.strerror}); fix its permissions or leave it out") from None
     nul = data.find(b"\0")
     if nul >= 0:  # valid UTF-8, but no text holds NUL: a binary file (an image, an archive, a database)
         raise PrepareError(
             f"{path} is binary, not text (a NUL byte at byte {nul}); leave it out with --suffix (e.g. .txt,.md)"
+        )
+    c1 = C1_CONTROLS.findall(data)
+    controls = len(data) - len(data.translate(None, CONTROL_BYTES)) + len(c1)
+    if controls * CONTROL_SHARE > len(data):  # valid UTF-8, but text this full of control characters is binary
+        first = min(
+            next((i for i, b in enumerate(data) if b in CONTROL_BYTES), len(data)),
+            C1_CONTROLS.search(data).start() if c1 else len(data),
+        )
+        raise PrepareError(
+            f"{path} is binary, not text ({controls:,} of its {len(data):,} bytes are control characters, the first "
+            f"at byte {first}); leave it out with --suffix (e.g. .txt,.md)"
         )
     try:
         return data.decode("utf-8")
@@ -189,6 +216,14 @@ def token_counter(tokenizer: str, tokenizer_type: str) -> tuple[Callable[[list[s
 
     mt = maxtext_files.tokenizer_module()
     path = data_preflight.resolve_tokenizer(tokenizer)
+    if os.path.isdir(path) and not any(
+        any(Path(path).glob(pattern)) for pattern in TOKENIZER_FILES
+    ):  # a Hugging Face loader would build an empty vocabulary from it and count every text as 0 tokens
+        raise PrepareError(
+            f"--tokenizer {tokenizer}: the folder {path} holds no tokenizer file ({', '.join(TOKENIZER_FILES)}); give "
+            f"the folder a Hugging Face tokenizer was saved in, a tokenizer file, or one MaxText ships "
+            f"({', '.join(maxtext_files.shipped_tokenizers())})"
+        )
     try:
         tok = mt.build_tokenizer(path, tokenizer_type, False, False, os.environ.get("HF_TOKEN"))
     except Exception as exc:  # MaxText's loaders raise ValueError; Hugging Face raises OSError offline
@@ -198,9 +233,16 @@ def token_counter(tokenizer: str, tokenizer_type: str) -> tuple[Callable[[list[s
         ) from None
     if tokenizer_type == "sentencepiece":
         model = tok._tokenizer_model  # MaxText exposes no batch encode; the processor encodes a list on threads
-        return (lambda texts: [len(ids) for ids in model.encode(texts)]), int(model.GetPieceSize()), path
-    vocab = int(tok.n_words) if tokenizer_type == "tiktoken" else len(tok.tokenizer)
-    return (lambda texts: [len(tok.encode(t)) for t in texts]), vocab, path
+        count, vocab = (lambda texts: [len(ids) for ids in model.encode(texts)]), int(model.GetPieceSize())
+    else:
+        vocab = int(tok.n_words) if tokenizer_type == "tiktoken" else len(tok.tokenizer)
+        count = lambda texts: [len(tok.encode(t)) for t in texts]  # noqa: E731
+    if vocab < MIN_VOCAB:
+        raise PrepareError(
+            f"the {tokenizer_type} tokenizer {tokenizer!r} loads with a {vocab}-token vocabulary: it cannot encode "
+            "text. Give a real tokenizer (its folder must hold its files) and the matching --tokenizer-type"
+        )
+    return count, vocab, path
 
 
 class Progress:
@@ -332,6 +374,11 @@ def prepare(
     bar.update(bar.total, f"{len(files)} files, {tokens:,} tokens")
     if not docs:
         raise PrepareError(f"the {len(files)} file(s) of {source or 'the source'} hold no text")
+    if not tokens:  # nothing to train on: stop before writing a corpus that `train` would find empty
+        raise PrepareError(
+            f"the tokenizer {options.tokenizer!r} made 0 tokens of {len(docs):,} documents; nothing was written. "
+            "Give a tokenizer that encodes this text (--tokenizer, --tokenizer-type)"
+        )
     shards = min(options.shards, len(docs))
     summary = Summary(
         source=source,

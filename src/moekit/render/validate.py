@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from moekit.base import bounded
 from moekit.base.errors import MoekitError
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ JOB_FAILURE_REASONS = (
     "PodFailurePolicy",
 )
 KUBERNETES_VERSION = "1.30"
+MAX_INDEXED = 100_000  # the API server's limit on an Indexed Job's completions and parallelism (KEP-2214)
+CRD_MAX_BYTES = 16 * 1024 * 1024  # the JobSet CRD is about 1 MB; a file far larger is not one
 CRD_HINT = "export it from your cluster: kubectl get crd jobsets.jobset.x-k8s.io -o yaml > jobset-crd.yaml"
 PACKAGED_SCHEMA = "data/jobset-v1alpha2.schema.json"
 SOURCE_KEY = "x-moekit-source"  # where the packaged schema came from (an annotation; JSON Schema ignores it)
@@ -54,9 +57,13 @@ class ValidationSetupError(MoekitError):
 def crd_schema(crd_path: Path, version: str = "v1alpha2") -> dict[str, Any]:
     """The openAPIV3Schema of one served version of the JobSet CRD, made strict (unknown fields rejected)."""
     try:
-        docs = [d for d in yaml.safe_load_all(Path(crd_path).read_text()) if d]
-    except (OSError, yaml.YAMLError) as exc:
+        docs = [d for d in yaml.safe_load_all(bounded.read_text(crd_path, CRD_MAX_BYTES, "JobSet CRD")) if d]
+    except bounded.TooLarge as exc:
+        raise ValidationSetupError(f"{str(exc).splitlines()[0]}; {CRD_HINT}") from None
+    except (OSError, ValueError, yaml.YAMLError) as exc:
         raise ValidationSetupError(f"cannot read the JobSet CRD at {crd_path}: {exc}; {CRD_HINT}") from None
+    if not all(isinstance(d, dict) for d in docs):
+        raise ValidationSetupError(f"{crd_path} is not a Kubernetes CRD (a YAML mapping per document); {CRD_HINT}")
     found = schema_from_crd(docs, version)
     if found is None:
         raise ValidationSetupError(f"{crd_path} holds no JobSet CRD serving {version}; {CRD_HINT}")
@@ -203,7 +210,14 @@ def webhook_problems(manifest: dict[str, Any]) -> list[str]:
         if job.get("completionMode") == "Indexed" and job.get("completions"):
             pod = f"{longest_job}-{job['completions'] - 1}-abcde"  # the controller adds a 5-character suffix
             out += _dns1035(pod, "generated pod name")
+            for field in ("completions", "parallelism"):
+                if isinstance(job.get(field), int) and job[field] > MAX_INDEXED:
+                    out.append(
+                        f"replicated job '{r.get('name')}': {field} {job[field]:,} is more than the {MAX_INDEXED:,} "
+                        "Kubernetes allows an Indexed Job (one pod per node: lower cluster.nodes)"
+                    )
         pod_spec = job.get("template", {}).get("spec", {})
+        out += _volume_problems(pod_spec)
         for c in pod_spec.get("containers", []) + pod_spec.get("initContainers", []):
             out += _container_problems(c)
     co = spec.get("coordinator")
@@ -236,6 +250,29 @@ def webhook_problems(manifest: dict[str, Any]) -> list[str]:
             for t in rule.get("targetReplicatedJobs", [])
             if t not in names
         ]
+    return out
+
+
+def _backsteps(path: Any) -> bool:
+    """Whether a path has a '..' part, which the API server refuses in a hostPath and a subPath."""
+    return isinstance(path, str) and ".." in path.replace("\\", "/").split("/")
+
+
+def _volume_problems(pod_spec: dict[str, Any]) -> list[str]:
+    """What the API server's pod validation refuses in volumes and mounts: '..' in a hostPath or a subPath, an
+    absolute subPath."""
+    out = []
+    for v in pod_spec.get("volumes", []):
+        path = (v.get("hostPath") or {}).get("path")
+        if _backsteps(path):
+            out.append(f"volume '{v.get('name')}': hostPath {path!r} holds '..', which Kubernetes refuses; give the "
+                       "host folder as an absolute path without '..'")  # fmt: skip
+    for c in pod_spec.get("containers", []) + pod_spec.get("initContainers", []):
+        for m in c.get("volumeMounts", []):
+            sub = m.get("subPath")
+            if _backsteps(sub) or (isinstance(sub, str) and sub.startswith("/")):
+                out.append(f"container '{c.get('name')}': volumeMount subPath {sub!r} must be a relative path "
+                           "without '..'")  # fmt: skip
     return out
 
 

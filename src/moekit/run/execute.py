@@ -433,7 +433,7 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
             ticker.stop()
             watch.step_done()
             pace.add(s)
-            text = progress.format_progress(s, steps, time.monotonic() - started, pace)
+            text = progress.format_progress(s, steps, phase.elapsed(), pace)  # the phase lines' clock
             print(("\r" + text) if tty else text, end="" if tty else "\n", flush=True)
 
     if cfg.fabric.only:  # no MaxText: the rendezvous, then the collectives of the mesh

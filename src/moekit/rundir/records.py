@@ -17,9 +17,11 @@ from typing import Any
 import yaml
 
 from moekit import rundir
+from moekit.base import bounded
 from moekit.base.errors import MoekitError
 
 RUNNING, OK, FAILED, PREEMPTED = "running", "ok", "failed", "preempted"
+MAX_BYTES = 64 * bounded.MiB  # any record (config, manifest, summary, profile, ...) is far smaller
 
 
 class Unreadable(MoekitError):
@@ -35,7 +37,9 @@ def _mapping(path: Path, loads: Callable[[str], Any]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        data = loads(path.read_text(encoding="utf8"))
+        data = loads(bounded.read_text(path, MAX_BYTES, "run record"))
+    except bounded.TooLarge as exc:
+        raise Unreadable(path, str(exc).split("\n")[0]) from None
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise Unreadable(path, str(exc)) from None
     if not isinstance(data, dict):

@@ -7,6 +7,8 @@ from typing import Any
 from moekit.base.figures import significant
 from moekit.series import tuning
 
+SAME = "candidate (same as reference)"  # commands/tune.py's role of a candidate that is its reference
+
 
 def _why(r: dict[str, Any]) -> str:
     """A failed run's class, e.g. 'configuration error' (the table); format_failures gives the evidence."""
@@ -16,7 +18,7 @@ def _why(r: dict[str, Any]) -> str:
 
 def format_failures(runs: list[dict[str, Any]]) -> str:
     """Each run that did not finish: its class, the evidence it was read from, where to read more."""
-    failed = [r for r in runs if r.get("failure") and r["role"] != "candidate (same as reference)"]
+    failed = [r for r in runs if r.get("failure") and r["role"] != SAME]
     if not failed:
         return "moekit tune: every run finished"
     lines = ["moekit tune: runs that did not finish:"]
@@ -31,16 +33,23 @@ def format_failures(runs: list[dict[str, Any]]) -> str:
 
 def format_table(runs: list[dict[str, Any]]) -> str:
     """Every run as a markdown table row: role, overrides, status, speed (figures with significant digits; a
-    candidate's speed against its reference by observe.reports.comparable), memory and the loss check."""
+    candidate's speed against its reference by observe.reports.comparable), memory and the loss check. A candidate
+    that is its reference ran once and shows once, in the reference's row."""
     lines = [
         "| role | overrides | status | why | s/step | TFLOP/s/dev | tokens/s/dev | vs reference | peak GiB | check "
         "| accepted |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
+    # A candidate that is its reference (the same overrides) ran once: one row, the reference's, says both.
+    same = {tuple(r.get("batch") or ()) for r in runs if r["role"] == SAME}
     for r in runs:
+        if r["role"] == SAME:
+            continue
+        also = r["role"] == "reference" and tuple(r.get("batch") or ()) in same
+        role = "reference (and candidate)" if also else r["role"]
         lines.append(
-            f"| {r['role']} | `{tuning.label(r['overrides'])}` | {r['status']} | {_why(r)} "
+            f"| {role} | `{tuning.label(r['overrides'])}` | {r['status']} | {_why(r)} "
             f"| {significant(r.get('step_time_s'))} "
             f"| {significant(r.get('tflops_per_device'))} | {significant(r.get('tokens_per_s_per_device'))} "
             f"| {r.get('vs_reference', '-')} | {significant(r.get('peak_memory_gib'))} | {r.get('check', '-')} "

@@ -261,14 +261,15 @@ def processes(
 
 
 def dry_run_processes(cfg: Config, environ: Mapping[str, str]) -> list[dict[str, str]]:
-    """What --dry-run shows: this host's processes; for a multi-node job outside its cluster, node 0's.
+    """What --dry-run shows: this host's processes; for a cluster job (one node or many) outside its cluster, node
+    0's.
 
     Node ranks and the coordinator's host name exist only where the job runs, so they are shown as placeholders.
     """
     try:
         return processes(cfg, environ)
     except RendezvousError:
-        if cfg.cluster.nodes == 1:
+        if cfg.cluster.row.one_host:
             raise
     c, gpu = cfg.cluster, cfg.hardware.platform == "gpu"
     node0 = node0_placeholders(c, cfg.num_processes, gpu)

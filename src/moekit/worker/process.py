@@ -162,6 +162,28 @@ def keep_secrets_out_of_tensorboard() -> None:
     maxtext_utils.add_config_to_summary_writer = add_config
 
 
+def quiet_grain_shutdown(argv: Sequence[str]) -> None:
+    """MaxText 0.2.5 closes a Grain iterator at exit (MultiHostDataLoadIterator.__del__) by asking `hasattr(it,
+    "_parent")`; Grain's source iterators answer that with an AssertionError (no parent), which hasattr does not
+    catch, so every successful data=grain run ended with a traceback in its log. The closing is kept; only that
+    question, when it raises, counts as "no parent"."""
+    if "dataset_type=grain" not in argv:
+        return
+    try:
+        from maxtext.input_pipeline import multihost_dataloading as loading
+    except ImportError:
+        return
+    terminate = loading._terminate_iterator_workers
+
+    def terminate_workers(obj) -> None:
+        try:
+            terminate(obj)
+        except AssertionError:  # Grain's `_parent` of an iterator without one, closed just before (_close_iterator)
+            pass
+
+    loading._terminate_iterator_workers = terminate_workers
+
+
 def trace_per_process(environ: dict[str, str]) -> None:
     """profile=on: this process traces into <profile dir>/trace/process_<i>/ and dumps the train step's HLO.
 
@@ -226,6 +248,7 @@ def main() -> None:
     keep_secrets_out_of_tensorboard()
     step_events.install(dict(os.environ))  # when saves, restores, compiles and trace edges happened (summary)
     install_backend_hooks(dict(os.environ))  # e.g. moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM
+    quiet_grain_shutdown(sys.argv)
     if not fabric.phase(dict(os.environ)):  # the job's collectives checked and timed before MaxText builds the model
         return  # fabric.only: the check was the job
     secret = json.loads(os.environ.pop(SECRET_ARGS, "[]"))  # not inherited by what MaxText starts

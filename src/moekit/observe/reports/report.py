@@ -44,7 +44,18 @@ def _num(v: float | None, fmt: str) -> str:
 def _mfu(r: Run, dtype: str) -> str:
     v = r.summary["mfu"].get(dtype)
     peak = (r.hardware.get("peak_tflops") or {}).get(dtype)
-    return "n/a" if v is None else f"{v:.1%} of {peak:g}"
+    if v is None:
+        return "n/a"
+    shown = f"{v:.1%} of {peak:g}"
+    if dtype in impossible_mfu(r):
+        shown += " (over 100%: not possible, see notes)" if v > 1 else " (not possible, see notes)"
+    return shown
+
+
+def impossible_mfu(r: Run) -> list[str]:
+    """The dtypes whose MFU no run can have: over 100% (more than the hardware's peak) or not above 0 (a peak that
+    is not a positive number); the peak (hardware=) or the FLOP count is wrong for this run."""
+    return [k for k, v in (r.summary.get("mfu") or {}).items() if v is not None and not 0 < v <= 1]
 
 
 def _versions(r: Run) -> str:
@@ -62,8 +73,8 @@ def status(r: Run) -> str:
     Steps done are the steps the records hold (one per step across attempts), never a count of lines."""
     m = r.manifest
     planned = int((r.config.get("train") or {}).get("steps") or 0)
-    recorded = {int(row["step"]) for row in r.metrics.rows}
-    done = len(recorded & set(range(planned))) if planned else len(recorded)
+    recorded = sorted(int(row["step"]) for row in r.metrics.rows)  # counted, never a range of step numbers
+    done = sum(1 for s in recorded if s < planned) if planned else len(recorded)
     partial = f" ({done} of {planned} steps)" if planned and done < planned else ""
     state = m.status or "unrecorded"
     nonfinite = sorted(int(row["step"]) for row in r.metrics.rows if not _finite(row.get(summary.LOSS, 0.0)))
@@ -73,7 +84,7 @@ def status(r: Run) -> str:
         return "ok"
     failure = (m.failure or {}).get("class")
     if state == "ok":
-        missing = sorted(set(range(planned)) - recorded)  # no record, or never ran
+        missing = r.summary.get("missing_steps", []) + r.summary.get("steps_not_run", [])  # no record, or never ran
         return f"ok, no record of step(s) {summary.ranges(missing)}{partial}"
     return f"{state}{': ' + failure if failure else ''}{partial}"
 
@@ -299,6 +310,14 @@ def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
             out.append(
                 f"{name}: {len(ck['steps'])} steps paid a checkpoint save "
                 f"({ck['step_time_s']['median']:.4f} s median); with them the run sustained {rate} tokens/s/device."
+            )
+        if over := impossible_mfu(r):
+            out.append(
+                f"{name}: MFU {', '.join(over)} is over 100% (or not above 0) of the peak of hardware="
+                f"{r.hardware.get('name', '?')}, which no run can have: the run's hardware is not the one its config "
+                "names (a CPU or another GPU under hardware=h100, say), its recorded peak is wrong, or MaxText counted "
+                "FLOPs this model does not do. Fix: train with the hardware= option of the machine it runs on; do "
+                "not quote this MFU."
             )
         if r.metrics.truncated_tail:
             out.append(f"{name}: the last line of {r.metrics.path} was cut off (run killed mid-write); it was skipped.")

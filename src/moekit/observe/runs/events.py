@@ -22,12 +22,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from moekit.base import bounded
+
 FILE = "events.jsonl"
 ENV = "MOEKIT_EVENTS"  # the file a training process appends its events to
 
 START, STEP_END, SAVE, RESTORE, COMPILE = "start", "step_end", "save", "restore", "compile"
 TRACE_START, TRACE_STOP, STOP = "trace_start", "trace_stop", "stop"
 SAVE_BEGIN, RESTORE_BEGIN = "save_begin", "restore_begin"
+MAX_BYTES = 512 * bounded.MiB  # a few events per step, about a hundred bytes each: millions of steps
 _ENDED_BY = {SAVE_BEGIN: SAVE, RESTORE_BEGIN: RESTORE}
 
 
@@ -90,9 +93,10 @@ def last_io(lines: list[str]) -> tuple[str, float, bool] | None:
 
 
 def read(path: Path) -> Events:
-    """The events of one file; empty when there is none (a run made before moekit recorded events)."""
+    """The events of one file; empty when there is none (a run made before moekit recorded events); TooLarge when
+    it holds more than MAX_BYTES or is not a regular file."""
     try:
-        text = path.read_text(encoding="utf8", errors="replace")
+        text = bounded.read_text(path, MAX_BYTES, "run's events file", errors="replace")
     except OSError:
         return Events({}, [])
     return parse(text.splitlines())

@@ -6,7 +6,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from moekit.base import bounded
 from moekit.base.errors import MoekitError
+
+# The most a metrics file may hold: about a million steps of MaxText's records (a few hundred bytes each).
+MAX_BYTES = 512 * bounded.MiB
 
 
 class MetricsError(MoekitError):
@@ -24,12 +28,17 @@ class Metrics:
     path: Path | None = field(default=None)
 
 
-def read(path: Path) -> Metrics:
+def read(path: Path, steps: int | None = None) -> Metrics:
     """The metrics file's records, one per step in step order. A cut-off last line (a killed run) is skipped; any
-    other unreadable line raises MetricsError, as does a missing file."""
+    other unreadable line raises MetricsError, as does a missing file, one larger than MAX_BYTES and a step that is
+    not a whole number in 0 .. `steps` - 1 (`steps`: the run's planned train.steps, when known) — a step number is
+    checked before anything is sized by it."""
     if not path.is_file():
         raise MetricsError(f"no metrics file at {path}: the run wrote no step (see its maxtext.log).")
-    text = path.read_text(encoding="utf8", errors="replace")
+    try:
+        text = bounded.read_text(path, MAX_BYTES, "metrics file", errors="replace")
+    except OSError as exc:
+        raise MetricsError(f"cannot read {path} ({exc.strerror}); fix its permissions or give another run.") from None
     lines = text.splitlines()
     by_step: dict[int, dict] = {}
     truncated = False
@@ -38,16 +47,27 @@ def read(path: Path) -> Metrics:
             continue
         try:
             row = json.loads(line)
-            step = int(row["step"])
+            step = _step(row["step"], steps)
         except (ValueError, KeyError, TypeError) as exc:
             if i == len(lines) - 1 and not text.endswith("\n"):
                 truncated = True
                 continue
             raise MetricsError(
-                f"{path}:{i + 1} is not a MaxText metrics record ({exc}); the file is corrupt."
+                f"{path}:{i + 1} is not a MaxText metrics record ({exc}); the file is corrupt or not this run's. "
+                "Fix: report on directories made by `moekit train` (or train the run again)."
             ) from None
         by_step[step] = row
     return Metrics([by_step[s] for s in sorted(by_step)], truncated, path)
+
+
+def _step(value: object, steps: int | None) -> int:
+    """A record's step number; ValueError unless it is a whole number in 0 .. steps - 1."""
+    whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < 0:
+        raise ValueError(f"step {value!r} is not a whole number >= 0")
+    if steps is not None and value >= steps:
+        raise ValueError(f"step {int(value)} lies past the run's planned {steps} steps (train.steps in its config)")
+    return int(value)
 
 
 def series(m: Metrics, key: str) -> list[tuple[int, float]]:

@@ -51,7 +51,8 @@ class Pace:
 
 def format_progress(s: StepLine, total: int, elapsed_s: float, pace: Pace | None = None) -> str:
     """One progress line: the step's number as the metrics, summary and report number it (0 to total - 1), how
-    many of `total` are done, seconds it took, loss, and the ETA at the measured pace (none before it is measured)."""
+    many of `total` are done, seconds it took, loss, the ETA at the measured pace (none before it is measured) and
+    `elapsed_s`, the seconds since the command started (Phases.elapsed: the phase lines' clock)."""
     done = s.step + 1
     per_step = pace.seconds_per_step() if pace else None
     eta = "ETA  n/a (measuring)" if per_step is None else f"ETA {per_step * max(0, total - done):5.0f} s"
@@ -90,6 +91,10 @@ class Phases:
         self._stream, self._clock, self._now = stream, clock, now
         self._start = clock()
 
+    def elapsed(self) -> float:
+        """Seconds since the command started: the one clock of every console line (phases and step progress)."""
+        return self._clock() - self._start
+
     def __call__(self, phase: str) -> None:
         stream = self._stream or sys.stderr
-        print(f"moekit: {self._now():%H:%M:%S} (+{self._clock() - self._start:.1f} s) {phase}", file=stream, flush=True)
+        print(f"moekit: {self._now():%H:%M:%S} (+{self.elapsed():.1f} s) {phase}", file=stream, flush=True)

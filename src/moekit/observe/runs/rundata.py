@@ -76,6 +76,9 @@ UNFINISHED = "unfinished"
 RUN_LOCK = ".moekit.lock"  # rundir/attempts.py holds it while a `moekit train` runs the directory
 # The sections of config.yaml a report reads, and the type each must have.
 _SECTIONS = ("train", "cluster", "hardware", "model", "moe", "precision", "parallelism")
+# The most of any count a report reads from config.yaml (steps, nodes, GPUs): lists of steps and devices are sized by
+# them, so a damaged or hostile file must not make one of a billion entries.
+MAX_COUNT = 10_000_000
 
 
 def _wrong_types(cfg: dict[str, Any], manifest: records.Manifest) -> str | None:
@@ -88,6 +91,8 @@ def _wrong_types(cfg: dict[str, Any], manifest: records.Manifest) -> str | None:
             value = cfg.get(section, {}).get(key, 1)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 return f"{rundir.CONFIG}: {section}.{key} is {value!r}, not a positive whole number"
+            if value > MAX_COUNT:
+                return f"{rundir.CONFIG}: {section}.{key} is {value:,}, more than the {MAX_COUNT:,} a report reads"
     if not isinstance(manifest.overrides, list) or not all(isinstance(o, str) for o in manifest.overrides):
         return f"{rundir.MANIFEST}: overrides is not a list of text"
     for name in ("started", "ended", "experiment"):
@@ -128,12 +133,26 @@ def load(path: Path) -> Run:
         )
     if manifest.status == records.RUNNING and not rundir.lock_held(path / RUN_LOCK):
         manifest.status = UNFINISHED  # no `moekit train` holds it: killed (SIGKILL) or its host went down
-    m = metrics.read(path / rundir.METRICS)
+    file = path / rundir.METRICS
+    m = metrics.read(file, _planned(cfg)) if file.is_file() else Metrics([], path=file)
+    if not m.rows and manifest.status == records.RUNNING:  # compiling, or before its first step: not "wrote no step"
+        raise MetricsError(
+            f"{path} is still running and has not finished its first step yet (MaxText compiles before it; follow "
+            f"{path / rundir.LOG}). Fix: run the report again once it has written steps."
+        )
+    if not file.is_file():
+        metrics.read(file)  # explains the missing file
     if not m.rows:
         raise MetricsError(f"{m.path} holds no completed step; nothing to report (see {path / rundir.LOG}).")
     prof = _read(records.read_profile, path)
     fab = _read(records.read_fabric, path)
     return Run(path, cfg, vers, manifest, m, summarize(m, cfg, manifest, path), prof, fab)
+
+
+def _planned(cfg: dict[str, Any]) -> int | None:
+    """The run's planned steps (train.steps of its config), when recorded as a whole number."""
+    steps = (cfg.get("train") or {}).get("steps")
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
 
 
 def summarize(
@@ -143,7 +162,13 @@ def summarize(
     steps and, from run directory `run` (the metrics file's folder by default), every attempt's events."""
     peaks = cfg.get("hardware", {}).get("peak_tflops", {}) or {}
     every = int((cfg.get("checkpoint") or {}).get("every") or 0)
-    planned = int((cfg.get("train") or {}).get("steps") or 0) or None
+    planned = _planned(cfg)
+    last_step = int(m.rows[-1]["step"]) if m.rows else -1
+    if planned is not None and (planned > MAX_COUNT or last_step >= planned):  # checked before lists are sized
+        raise MetricsError(
+            f"{m.path}: step {last_step} against train.steps={planned:,} in {rundir.CONFIG}: the records do not "
+            "belong to this config (or one is damaged). Fix: report on directories made by `moekit train`."
+        )
     history = manifest.history() if manifest else [{}]
     folder = run or (m.path.parent if m.path else None)
     last = max((int(r.get(summary.ATTEMPT, 0)) for r in m.rows), default=0) or None

@@ -64,9 +64,11 @@ def summarize(
     rows = [r for r in m.rows if STEP_TIME in r]
     recorded = sorted(int(r["step"]) for r in m.rows)
     # A step the records miss ran (a later step did) but left no record; a step after the last record never ran.
-    ran = range(recorded[-1] + 1) if recorded else range(0)
-    missing = sorted(set(ran) - set(recorded))
-    not_run = list(range(len(ran), planned_steps or 0))
+    # Both are counted from the gaps between records, never from a range of every step number: a step number comes
+    # from a file (the caller checks it against the planned steps first: rundata, or MaxText's own loop).
+    missing = [s for a, b in zip(recorded, recorded[1:], strict=False) for s in range(a + 1, b)]
+    missing = list(range(recorded[0])) + missing if recorded else []
+    not_run = list(range(recorded[-1] + 1 if recorded else 0, planned_steps or 0))
     if not rows:
         return {
             "steps": len(m.rows),
