@@ -2,7 +2,8 @@
 
 Each fact names the MaxText code it was read from (maxtext/configs/types.py validation, maxtext/layers/moe.py
 routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data, read by the
-family checks (config/checks/family.py) and by the architecture read from MaxText's keys (config/architecture.py).
+family checks (config/checks/family.py) and by the architecture read from MaxText's keys
+(checkpoint/model/architecture.py).
 Adding a family (docs/extending.md): its conf/model options, its row here, the schema's choice (schema.DecoderBlock),
 its layout experiment and its line in docs/adapting.md; tests/test_families.py ties them.
 """

@@ -4,9 +4,9 @@ MaxText reads load_parameters_path=<init_from>/0/items only after start-up and c
 checkpoint of another model fails there with a tree or shape error of Orbax. Here, before anything starts: the
 folder exists, holds `0/items` (the layout `moekit checkpoint import` writes), and, where the import left its
 record (moekit-import.json), the checkpoint's model is the configured one: the same family (MaxText decoder block)
-and every architectural value that sets a parameter's shape (moekit.config.architecture, read from the recorded
-config.json and from the keys MaxText runs with). A value that changes what the model computes but no shape (rope,
-routing, norm epsilon) is reported as a note: the weights load, the model is not the imported one. A folder
+and every architectural value that sets a parameter's shape (moekit.checkpoint.model.architecture, read from the
+recorded config.json and from the keys MaxText runs with). A value that changes what the model computes but no shape
+(rope, routing, norm epsilon) is reported as a note: the weights load, the model is not the imported one. A folder
 without a record (an Orbax checkpoint another tool wrote) is checked for its layout only, and the note says so.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from moekit.base import maxtext_files
-from moekit.config.architecture import HF_FAMILIES, differences, from_hf, from_maxtext
+from moekit.checkpoint.model.architecture import HF_FAMILIES, differences, from_hf, from_maxtext
 from moekit.config.checks import Problem
 from moekit.config.checks.checkpoint import ITEMS, RECORD
 from moekit.config.schema import Config
@@ -26,7 +26,7 @@ from moekit.plan import resolved_values
 
 KEY = "checkpoint.init_from"
 REMOTE = ("gs://", "s3://", "hf://", "http://", "https://")
-# The architectural values (moekit.config.architecture) that decide the shape or the presence of a parameter.
+# The architectural values (moekit.checkpoint.model.architecture) that decide the shape or the presence of a parameter.
 SHAPE_KEYS = frozenset(
     {
         "layers",

@@ -10,17 +10,19 @@ The tensors keep the checkpoint's dtype (float32 stays float32), so import then 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
 import os
-import shutil
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moekit.checkpoint.hf import CheckpointError, HfCheckpoint
+from moekit.checkpoint.model.hf import CheckpointError, HfCheckpoint
 from moekit.config.checks.checkpoint import ITEMS, RECORD
 from moekit.prepare.text_shards import Progress
 
@@ -40,6 +42,48 @@ class Summary:
             f"{what}: {self.tensors} tensors, {self.parameters:,} parameters, {self.bytes / 2**20:,.1f} MiB "
             f"in {self.seconds:.1f} s\n  at {self.out}"
         )
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """MaxText's and absl's info lines and the warnings its model tables raise (about configs of other models) kept
+    off the console while converting; errors still show, and moekit's own progress bar and summary are not logging."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # jaxlib's C++ info lines
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        from absl import logging as absl_logging
+
+        absl_level = absl_logging.get_verbosity()
+        absl_logging.set_verbosity(absl_logging.ERROR)
+    except ImportError:  # pragma: no cover - absl comes with MaxText
+        absl_logging = None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)
+        if absl_logging is not None:
+            absl_logging.set_verbosity(absl_level)
+
+
+def published_config(values: dict[str, Any], mapping_key: str) -> dict[str, Any]:
+    """config.json of the model MaxText builds from `values` (a run's resolved keys), on the family's published
+    config (MaxText's hf_model_configs, the keys its mappings read); refused when a value has no form there."""
+    from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
+
+    from moekit.checkpoint.model.architecture import differences, from_hf, from_maxtext, to_hf
+
+    with quiet():
+        published = HF_MODEL_CONFIGS[mapping_key].to_dict()
+    hf_config = to_hf(values, published)
+    diff = differences(from_maxtext(values), from_hf(hf_config))
+    if diff:
+        key, (ours, theirs) = next(iter(diff.items()))
+        raise CheckpointError(f"the run's model has {key}={ours!r}, which its config.json would give as {theirs!r}")
+    return hf_config
 
 
 def _pyconfig(args: Sequence[str]):
@@ -86,20 +130,26 @@ def _flat_list(source) -> bool:
 
 
 def _load_tensors(ckpt: HfCheckpoint) -> dict[str, Any]:
-    from safetensors import safe_open
+    """Each tensor from the one file moekit.checkpoint.convert.files chose for it."""
+    from safetensors import SafetensorError, safe_open
 
     out = {}
     for f in ckpt.files:
-        with safe_open(str(f), framework="np") as s:
-            for name in s.keys():
-                out[name] = s.get_tensor(name)
+        try:
+            with safe_open(str(f), framework="np") as s:
+                for name in s.keys():
+                    if ckpt.sources.get(name) == f:
+                        out[name] = s.get_tensor(name)
+        except SafetensorError as e:
+            raise CheckpointError(f"{f}: its data cannot be read ({e}): copy or download it again") from None
     return out
 
 
 def import_checkpoint(
     ckpt: HfCheckpoint, mapping_key: str, maxtext_args: Sequence[str], out: Path, record: dict[str, Any]
 ) -> Summary:
-    """Convert the checkpoint into an Orbax checkpoint at `out` (written beside it, then renamed into place)."""
+    """Convert the checkpoint into an Orbax checkpoint in the folder `out` (moekit.checkpoint.convert.target's
+    `<out>.partial`, renamed into place by the caller)."""
     import jax
     from maxtext.checkpoint_conversion import to_maxtext as tm
     from maxtext.checkpoint_conversion.utils.param_mapping import HOOK_FNS, PARAM_MAPPING
@@ -138,19 +188,15 @@ def import_checkpoint(
     if missing:
         raise CheckpointError(f"MaxText parameter {missing[0]}: no tensor of the checkpoint maps to it")
     params = jax.tree_util.tree_unflatten(treedef, weights)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
     save_weights_to_checkpoint(
-        str(tmp), params, 1, config.checkpoint_storage_use_ocdbt, config.checkpoint_storage_use_zarr3, config=config
+        str(out), params, 1, config.checkpoint_storage_use_ocdbt, config.checkpoint_storage_use_zarr3, config=config
     )
-    (tmp / RECORD).write_text(
+    (out / RECORD).write_text(
         json.dumps(record | {"dtype": save_dtype, "scan_layers": bool(config.scan_layers)}, indent=1, default=str),
         encoding="utf8",
     )
-    tmp.rename(out)
-    used = {k for k in tensors}
     return Summary(
-        tensors=len(used),
+        tensors=len(tensors),
         parameters=ckpt.parameters,
         bytes=sum(f.stat().st_size for f in out.rglob("*") if f.is_file()),
         seconds=time.monotonic() - start,
@@ -183,7 +229,7 @@ def export_checkpoint(
     ckpt_dir: Path, hf_config: dict[str, Any], mapping_key: str, maxtext_args: Sequence[str], out: Path
 ) -> Summary:
     """Write the parameters of an Orbax checkpoint (`ckpt_dir`: an import, or a run's checkpoints/<step>) as
-    Hugging Face safetensors + config.json into the new folder `out`."""
+    Hugging Face safetensors + config.json into the empty folder `out` (target's `<out>.partial`)."""
     import numpy as np
     from maxtext.checkpoint_conversion import to_huggingface as th
     from maxtext.checkpoint_conversion.utils.utils import (
@@ -208,14 +254,8 @@ def export_checkpoint(
     keys = [k for k in keys if not (isinstance(k, str) and k in before - set(state))]
     hf |= th._transform_weights_to_full_model(config, keys, state, param_map, hooks, maps["shape_mapping"])
     arrays = {k: np.ascontiguousarray(np.asarray(v)) for k, v in sorted(hf.items())}
-    if out.exists():
-        raise CheckpointError(f"{out} exists: export writes a new folder")
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(arrays, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, default=str), encoding="utf8")
-    tmp.rename(out)
+    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(hf_config, indent=2, default=str), encoding="utf8")
     return Summary(
         tensors=len(arrays),
         parameters=sum(int(a.size) for a in arrays.values()),
