@@ -134,8 +134,11 @@ def _export(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Import or export; a refused checkpoint exits 2 with the first difference named (moekit.cli)."""
+    from moekit.checkpoint.convert import orbax
+
+    orbax.quiet_jax()
     from moekit.base.maxtext_files import model_values
-    from moekit.checkpoint.convert import files, orbax, target
+    from moekit.checkpoint.convert import files, target
     from moekit.checkpoint.model import hf
     from moekit.plan import resolved_values
 

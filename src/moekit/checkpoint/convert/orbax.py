@@ -46,27 +46,21 @@ class Summary:
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """MaxText's and absl's info lines and the warnings its model tables raise (about configs of other models) kept
-    off the console while converting; errors still show, and moekit's own progress bar and summary are not logging."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # jaxlib's C++ info lines
-    root = logging.getLogger()
-    level = root.level
-    root.setLevel(logging.ERROR)
-    try:
-        from absl import logging as absl_logging
-
-        absl_level = absl_logging.get_verbosity()
-        absl_logging.set_verbosity(absl_logging.ERROR)
-    except ImportError:  # pragma: no cover - absl comes with MaxText
-        absl_logging = None
+    """MaxText's, absl's and transformers' info and warning lines (66 of them for a tiny import, several about the
+    configs of other models) kept off the console while converting; errors still show. moekit's progress bar and
+    summary are not logging. jaxlib's own C++ lines need TF_CPP_MIN_LOG_LEVEL before jax loads (`quiet_jax`)."""
+    logging.disable(logging.WARNING)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        root.setLevel(level)
-        if absl_logging is not None:
-            absl_logging.set_verbosity(absl_level)
+        logging.disable(logging.NOTSET)
+
+
+def quiet_jax() -> None:
+    """Keep jaxlib's C++ info lines off the console; call before anything imports jax."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
 def published_config(values: dict[str, Any], mapping_key: str) -> dict[str, Any]:
