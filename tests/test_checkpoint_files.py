@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import REPO, moekit
+from conftest import moekit
 from moekit.checkpoint.convert import files, target
 from moekit.checkpoint.model import hf
 from moekit.checkpoint.model.hf_config import ConfigJsonError, checked
@@ -127,18 +127,10 @@ def test_a_huge_count_ends_in_one_line_before_anything_is_sized(tmp_path):
 def test_the_per_expert_mappings_are_maxtexts():
     """PER_EXPERT says which of MaxText's shape tables name each expert's tensors apart (bound_by_tensors relies on
     it): more experts give more names exactly there."""
+    from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
     from maxtext.checkpoint_conversion.utils.hf_shape import HF_SHAPE
 
-    published = {
-        "deepseek3-671b": "deepseek3-671b",
-        "deepseek2-16b": "deepseek2-16b",
-        "qwen3-30b-a3b": "qwen3-30b-a3b",
-        "mixtral-8x7b": "mixtral-8x7b",
-        "gpt-oss-20b": "gpt-oss-20b",
-    }
-    from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
-
-    for key in published:
+    for key in hf.MAPPING_KEYS.values():
         c = HF_MODEL_CONFIGS[key].to_dict() | {"num_hidden_layers": 4}
         counts = []
         for n in (8, 16):
@@ -262,4 +254,13 @@ def test_an_out_nobody_can_write_fails_before_the_conversion(tmp_path):
 
 def test_checked_keeps_a_good_config():
     assert checked(TINY_QWEN3) == TINY_QWEN3
-    assert REPO.is_dir()
+    assert checked({"text_config": TINY_QWEN3}) == TINY_QWEN3
+
+
+def test_every_published_config_of_a_family_passes_the_checks():
+    """The bounds refuse no real model: MaxText's copies of the published config.json of each family pass."""
+    from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
+
+    for key in hf.MAPPING_KEYS.values():
+        config = HF_MODEL_CONFIGS[key].to_dict()
+        assert checked(config)["num_hidden_layers"] == config["num_hidden_layers"], key

@@ -94,6 +94,9 @@ def problems(cfg: Config) -> tuple[list[Problem], list[str]]:
     if not given or given.startswith(REMOTE):
         return [], []
     folder = Path(given.rstrip("/"))
+    if not folder.is_absolute():  # Orbax refuses a relative path, after MaxText has started and compiled
+        seen = f"{given} is a relative path; MaxText's Orbax reads checkpoints from absolute paths only"
+        return [Problem(KEY, seen, f"checkpoint.init_from={folder.absolute()}")], []
     if found := _layout(folder, socket.gethostname()):
         return [found], []
     record, unreadable = _record(folder)

@@ -219,6 +219,41 @@ def _split_layer_stacks(config, keys, state, param_map, hooks, shape_map) -> dic
     return dict(out)
 
 
+def _aux_variables(items: Path) -> dict[str, Any]:
+    """A checkpoint `train` saved (NNX) keeps the variables that are not parameters, DeepSeek-V3's selection bias
+    among them, under nnx_aux.model, which MaxText's load_orbax_checkpoint leaves out (it restores params only):
+    each such bias restored here, under the name an import gives it (MoEBiasVar-<path>), which the mapping then
+    finds (_alias_collections). Empty for an import's checkpoint (it has no nnx_aux)."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    ckptr = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
+    tree = ckptr.metadata(items).item_metadata.tree
+    aux = tree.get("nnx_aux") if isinstance(tree, dict) else None
+    if not isinstance(aux, dict) or not isinstance(aux.get("model"), dict):
+        return {}
+
+    def biases(node, names):
+        if isinstance(node, dict):
+            kept = {k: biases(v, [*names, k]) for k, v in node.items()}
+            return {k: v for k, v in kept.items() if v is not None} or None
+        return node if names[-2:] == ["gate", "bias"] and hasattr(node, "shape") else None
+
+    wanted = biases(aux["model"], [])
+    if not wanted:
+        return {}
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
+    one = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    item = {"nnx_aux": {"model": wanted}}
+    restore_args = jax.tree_util.tree_map(lambda _: ocp.ArrayRestoreArgs(sharding=one), item)
+    restored = ckptr.restore(items, args=ocp.args.PyTreeRestore(item, restore_args=restore_args, partial_restore=True))
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(restored["nnx_aux"]["model"])[0]:
+        out["MoEBiasVar-" + "-".join(str(getattr(p, "key", p)) for p in path)] = leaf
+    return out
+
+
 def export_checkpoint(
     ckpt_dir: Path, hf_config: dict[str, Any], mapping_key: str, maxtext_args: Sequence[str], out: Path
 ) -> Summary:
@@ -240,6 +275,7 @@ def export_checkpoint(
     config = _pyconfig([*maxtext_args, f"load_parameters_path={items}", f"weight_dtype={dtype}"])
     maps = th._get_model_mappings(mapping_key, config.scan_layers, dict(hf_config), config)
     state = detect_and_extract_checkpoint(load_orbax_checkpoint(config))
+    state |= {k: v for k, v in _aux_variables(items).items() if k not in state}
     param_map = _alias_collections(maps["param_mapping"], state)
     hooks = _alias_collections(maps["hook_fn_mapping"], state)
     keys = validate_and_filter_param_map_keys(param_map, set(state))
