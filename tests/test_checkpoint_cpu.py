@@ -56,16 +56,19 @@ def test_an_import_prints_a_train_line_that_keeps_its_overrides_and_a_fine_tune_
 
     config = TINY_QWEN3 | {"num_hidden_layers": 3, "num_experts": 6, "hidden_size": 48, "head_dim": 12}
     original = tiny_checkpoint(tmp_path / "hf", config, seed=11)
-    p = moekit(
-        "checkpoint", "import", "--family", "qwen3_30b_a3b", str(tmp_path / "hf"), "precision=fp32",
-        "train.seq_len=32", "--out", str(tmp_path / "ckpt"),
+    # the user's own TF_CPP_MIN_LOG_LEVEL is kept; this process has MaxText's (imported by tiny_checkpoint: "0")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    p = subprocess.run(
+        [sys.executable, "-m", "moekit", "checkpoint", "import", "--family", "qwen3_30b_a3b", str(tmp_path / "hf"),
+         "precision=fp32", "train.seq_len=32", "--out", str(tmp_path / "ckpt")],
+        capture_output=True, text=True, env=env, cwd=REPO, timeout=600,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     assert not re.search(r"INFO:absl|WARNING:absl|\[transformers\]|pjrt_client", p.stderr), p.stderr[-3000:]
     (line,) = [ln for ln in p.stdout.splitlines() if "train from it:" in ln]
     words = shlex.split(line.split("train from it: ", 1)[1])
     assert words[:2] == ["moekit", "train"] and "precision=fp32" in words and "train.seq_len=32" in words
-    run = moekit(*words[2:], "experiment=smoke", "train.steps=2", "checkpoint.every=1", f"run.dir={tmp_path}/run")
+    run = moekit(*words[1:], "experiment=smoke", "train.steps=2", "checkpoint.every=1", f"run.dir={tmp_path}/run")
     assert run.returncode == 0, run.stderr[-3000:]
     p = moekit("checkpoint", "export", str(tmp_path / "run/smoke/checkpoints/1"), "--out", str(tmp_path / "back"))
     assert p.returncode == 0, p.stderr[-3000:]

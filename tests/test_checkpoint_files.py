@@ -264,3 +264,14 @@ def test_every_published_config_of_a_family_passes_the_checks():
     for key in hf.MAPPING_KEYS.values():
         config = HF_MODEL_CONFIGS[key].to_dict()
         assert checked(config)["num_hidden_layers"] == config["num_hidden_layers"], key
+
+
+def test_a_relative_init_from_is_refused_before_launch_with_the_absolute_form(tmp_path, monkeypatch):
+    """Orbax refuses a relative path only once MaxText has started and compiled (the first train from an import
+    with a relative --out did): refused by the host probe, whose fix names the absolute path."""
+    from conftest import compose
+    from moekit.preflight import checkpoint as checkpoint_preflight
+
+    monkeypatch.chdir(tmp_path)
+    (problem,), _ = checkpoint_preflight.problems(compose("smoke", ["checkpoint.init_from=imports/tiny"]))
+    assert "is a relative path" in problem.what and problem.fix == f"checkpoint.init_from={tmp_path}/imports/tiny"

@@ -15,12 +15,10 @@ the checkpoint. A progress bar goes to stderr, the summary to stdout; MaxText's 
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 from pathlib import Path
 
 HELP = "import a Hugging Face checkpoint folder into an Orbax checkpoint (checkpoint.init_from=), or export one"
-RECORD_BYTES = 64 * 2**20  # moekit-import.json: the config.json (bounded at 4 MiB) and a few counts
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,72 +56,16 @@ def _args(cfg) -> list[str]:
     return [a.render() for a in maxtext_args(cfg, "/tmp/moekit-ckpt", "/tmp/moekit-ckpt/m.jsonl") if a.key not in skip]
 
 
-def _record(folder: Path) -> dict | None:
-    """moekit-import.json of an imported checkpoint; None when the folder has none."""
-    from moekit.checkpoint.model.hf import CheckpointError
-    from moekit.config.checks.checkpoint import RECORD
-
-    path = folder / RECORD
-    if not path.is_file():
-        return None
-    with path.open("rb") as f:
-        data = f.read(RECORD_BYTES + 1)
-    try:
-        record = json.loads(data) if len(data) <= RECORD_BYTES else None
-    except ValueError:
-        record = None
-    if not isinstance(record, dict) or not {"hf_config", "mapping"} <= set(record):
-        raise CheckpointError(f"{path} is damaged: import the Hugging Face checkpoint again")
-    return record
-
-
-def _trained(src: Path):
-    """The config and the Hugging Face side (config.json, mapping key) of a checkpoint a run saved."""
-    from pydantic import ValidationError
-
-    from moekit.base.maxtext_files import model_values
-    from moekit.checkpoint.convert import orbax
-    from moekit.checkpoint.model.architecture import hf_model_type
-    from moekit.checkpoint.model.hf import MAPPING_KEYS, NO_MAPPING, CheckpointError
-    from moekit.config.schema import Config
-    from moekit.plan import resolved_values
-    from moekit.rundir import CONFIG
-    from moekit.rundir.records import read_config
-
-    run = src.parents[2] if src.parent.name == "checkpoints" and len(src.parents) > 2 else None
-    if run is None or not (src / "items").is_dir() or not (run / CONFIG).is_file():
-        raise CheckpointError(
-            f"{src}: neither a folder `moekit checkpoint import` wrote nor a run's checkpoint "
-            "(<run.dir>/<run.name>/checkpoints/<step>, with items/ in it and the run's config.yaml three levels up)"
-        )
-    try:
-        cfg = Config.model_validate(read_config(run))
-    except (ValidationError, ValueError, TypeError) as e:
-        raise CheckpointError(f"{run / CONFIG} does not describe a run moekit can read ({type(e).__name__})") from None
-    if cfg.checkpoint.init_from and (record := _record(Path(cfg.checkpoint.init_from))) is not None:
-        return cfg, record["hf_config"], record["mapping"]  # the run started from an import: the same model
-    values = resolved_values(cfg, *model_values(cfg.model.name))
-    kind = hf_model_type(values)
-    if kind in NO_MAPPING:
-        raise CheckpointError(f"{kind}: {NO_MAPPING[kind]}")
-    mapping = MAPPING_KEYS[kind]
-    return cfg, orbax.published_config(values, mapping), mapping
-
-
 def _export(args: argparse.Namespace) -> int:
-    from moekit.checkpoint.convert import orbax, target
+    from moekit.checkpoint.convert import orbax, sources, target
 
     target.check(args.out, "export")  # before anything is loaded
     src = args.src.absolute()
-    record = _record(src)
-    if record is not None:
-        cfg, hf_config, mapping = (
-            _compose(record["family"], record["overrides"]),
-            record["hf_config"],
-            record["mapping"],
-        )
+    if (record := sources.import_record(src)) is not None:
+        cfg = _compose(record["family"], record["overrides"])
+        hf_config, mapping = record["hf_config"], record["mapping"]
     else:
-        cfg, hf_config, mapping = _trained(src)
+        cfg, hf_config, mapping = sources.run_checkpoint(src)
     out = args.out.absolute()
     with target.writing(out, "export") as tmp, orbax.quiet():
         summary = orbax.export_checkpoint(src, hf_config, mapping, _args(cfg), tmp)
