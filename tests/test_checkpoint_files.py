@@ -275,3 +275,19 @@ def test_a_relative_init_from_is_refused_before_launch_with_the_absolute_form(tm
     monkeypatch.chdir(tmp_path)
     (problem,), _ = checkpoint_preflight.problems(compose("smoke", ["checkpoint.init_from=imports/tiny"]))
     assert "is a relative path" in problem.what and problem.fix == f"checkpoint.init_from={tmp_path}/imports/tiny"
+
+
+def test_a_record_with_an_impossible_count_is_not_read_by_the_host_probe(tmp_path):
+    """moekit-import.json is a file too: its config's counts are checked before from_hf reads them (which would
+    build a layer list of any length a record names, or stop with a ValueError on one that is no number)."""
+    from conftest import compose
+    from moekit.preflight import checkpoint as checkpoint_preflight
+
+    folder = tmp_path / "ckpt"
+    (folder / "0" / "items").mkdir(parents=True)
+    record = {"family": "qwen3_30b_a3b", "overrides": [], "mapping": "qwen3-30b-a3b"}
+    for layers, said in (("many", "num_hidden_layers is 'many'"), (10**8, "num_hidden_layers is 100,000,000")):
+        hf_config = TINY_QWEN3 | {"num_hidden_layers": layers}
+        (folder / "moekit-import.json").write_text(json.dumps(record | {"hf_config": hf_config}))
+        problems, notes = checkpoint_preflight.problems(compose("smoke", [f"checkpoint.init_from={folder}"]))
+        assert problems == [] and said in " ".join(notes)

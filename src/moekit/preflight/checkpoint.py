@@ -19,12 +19,14 @@ from typing import Any
 
 from moekit.base import maxtext_files
 from moekit.checkpoint.model.architecture import HF_FAMILIES, differences, from_hf, from_maxtext
+from moekit.checkpoint.model.hf_config import ConfigJsonError, checked
 from moekit.config.checks import Problem
 from moekit.config.checks.checkpoint import ITEMS, RECORD
 from moekit.config.schema import Config
 from moekit.plan import resolved_values
 
 KEY = "checkpoint.init_from"
+RECORD_BYTES = 64 * 2**20  # moekit-import.json: config.json (at most 4 MiB) and a few counts
 REMOTE = ("gs://", "s3://", "hf://", "http://", "https://")
 # The architectural values (moekit.checkpoint.model.architecture) that decide the shape or the presence of a parameter.
 SHAPE_KEYS = frozenset(
@@ -63,11 +65,19 @@ def _record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
     if not path.is_file():
         return None, None
     try:
-        record = json.loads(path.read_text(encoding="utf8"))
+        with path.open("rb") as f:
+            data = f.read(RECORD_BYTES + 1)
+        if len(data) > RECORD_BYTES:
+            return None, f"{path} is larger than {RECORD_BYTES:,} bytes (not a record `moekit checkpoint import` wrote)"
+        record = json.loads(data)
     except (OSError, ValueError) as exc:
         return None, f"{path} cannot be read: {exc}"
     if not isinstance(record, dict) or not isinstance(record.get("hf_config"), dict):
         return None, f"{path} has no hf_config (not a record `moekit checkpoint import` wrote)"
+    try:  # its counts are read (from_hf) only once they are in range
+        checked(record["hf_config"], f"{path} hf_config")
+    except ConfigJsonError as exc:
+        return None, str(exc)
     return record, None
 
 
