@@ -77,6 +77,7 @@ def tiny_checkpoint(folder: Path, config: dict | None = None, seed: int = 3) -> 
         (json.dumps(TINY_QWEN3 | {"rms_norm_eps": None, "rope_theta": "NaN"}), "rope_theta is 'NaN'"),
         (json.dumps(TINY_QWEN3 | {"model_type": 7}), "model_type 7"),
         (json.dumps({"text_config": [TINY_QWEN3]}), "text_config is a list"),
+        ("[" * 200_000, "not valid JSON"),
     ],
 )
 def test_a_malformed_config_json_is_refused_by_name(tmp_path, text, named):

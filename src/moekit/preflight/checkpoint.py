@@ -70,7 +70,7 @@ def _record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
         if len(data) > RECORD_BYTES:
             return None, f"{path} is larger than {RECORD_BYTES:,} bytes (not a record `moekit checkpoint import` wrote)"
         record = json.loads(data)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         return None, f"{path} cannot be read: {exc}"
     if not isinstance(record, dict) or not isinstance(record.get("hf_config"), dict):
         return None, f"{path} has no hf_config (not a record `moekit checkpoint import` wrote)"

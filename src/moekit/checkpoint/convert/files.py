@@ -30,7 +30,7 @@ def _json(path: Path, limit: int, what: str) -> Any:
         raise CheckpointError(f"{path}: more than the {limit:,} bytes a {what} may have: not a {what}")
     try:
         return json.loads(data.decode("utf8"))
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
         raise CheckpointError(f"{path}: not valid JSON ({e}): replace the file") from None
 
 

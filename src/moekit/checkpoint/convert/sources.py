@@ -30,7 +30,7 @@ def import_record(folder: Path) -> dict[str, Any] | None:
         data = f.read(RECORD_BYTES + 1)
     try:
         record = json.loads(data) if len(data) <= RECORD_BYTES else None
-    except ValueError:
+    except (ValueError, RecursionError):
         record = None
     if not isinstance(record, dict) or not {"family", "overrides", "hf_config", "mapping"} <= set(record):
         raise CheckpointError(f"{path} is damaged or not moekit's: import the Hugging Face checkpoint again")
