@@ -52,8 +52,8 @@ COUNTS: dict[str, tuple[int, int]] = {
     "no_rope_layer_interval": (1, _LAYERS),
     "max_position_embeddings": (1, _POSITIONS),
     "original_max_position_embeddings": (1, _POSITIONS),
-    "sliding_window": (1, _POSITIONS),
-    "attention_chunk_size": (1, _POSITIONS),
+    "sliding_window": (0, _POSITIONS),
+    "attention_chunk_size": (0, _POSITIONS),
 }
 NUMBERS = (
     "rms_norm_eps",
