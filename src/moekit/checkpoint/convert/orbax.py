@@ -46,7 +46,7 @@ class Summary:
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """MaxText's, absl's and transformers' info and warning lines (66 of them for a tiny import, several about the
+    """MaxText's, absl's and transformers' info and warning lines (dozens for a tiny import, several about the
     configs of other models) kept off the console while converting; errors still show. moekit's progress bar and
     summary are not logging. jaxlib's own C++ lines need TF_CPP_MIN_LOG_LEVEL before jax loads (`quiet_jax`)."""
     logging.disable(logging.WARNING)
@@ -66,11 +66,11 @@ def quiet_jax() -> None:
 def published_config(values: dict[str, Any], mapping_key: str) -> dict[str, Any]:
     """config.json of the model MaxText builds from `values` (a run's resolved keys), on the family's published
     config (MaxText's hf_model_configs, the keys its mappings read); refused when a value has no form there."""
-    from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
-
     from moekit.checkpoint.model.architecture import differences, from_hf, from_maxtext, to_hf
 
-    with quiet():
+    with quiet():  # the table builds every model's transformers config, with warnings about other models
+        from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
+
         published = HF_MODEL_CONFIGS[mapping_key].to_dict()
     hf_config = to_hf(values, published)
     diff = differences(from_maxtext(values), from_hf(hf_config))
