@@ -20,6 +20,7 @@ from conftest import moekit
 from moekit.checkpoint.convert import files, target
 from moekit.checkpoint.model import hf
 from moekit.checkpoint.model.hf_config import ConfigJsonError, checked
+from moekit.config.families import FAMILIES
 
 TINY_QWEN3 = {
     "model_type": "qwen3_moe",
@@ -292,3 +293,22 @@ def test_a_record_with_an_impossible_count_is_not_read_by_the_host_probe(tmp_pat
         (folder / "moekit-import.json").write_text(json.dumps(record | {"hf_config": hf_config}))
         problems, notes = checkpoint_preflight.problems(compose("smoke", [f"checkpoint.init_from={folder}"]))
         assert problems == [] and said in " ".join(notes)
+
+
+@pytest.mark.parametrize("option", sorted({f.tiny for f in FAMILIES.values()} | {"deepseek3_tiny"}))
+def test_a_run_of_each_family_has_a_config_json_for_its_export(option):
+    """Export of a run's checkpoint writes config.json from the run's keys (architecture.to_hf on the family's
+    published config): read back, it is the run's model, key by key, for every family MaxText can convert."""
+    from conftest import compose
+    from moekit.base.maxtext_files import model_values
+    from moekit.checkpoint.convert.orbax import published_config
+    from moekit.checkpoint.model.architecture import from_hf, from_maxtext, hf_model_type
+    from moekit.plan import resolved_values
+
+    cfg = compose("smoke", [f"model={option}"])
+    values = resolved_values(cfg, *model_values(cfg.model.name))
+    kind = hf_model_type(values)
+    if kind in hf.NO_MAPPING:
+        pytest.skip(f"{kind}: no MaxText mapping to export with")
+    config = published_config(values, hf.MAPPING_KEYS[kind])
+    assert from_hf(checked(config)) == from_maxtext(values) and config["model_type"] == kind
