@@ -1,7 +1,7 @@
 """Every full-size model moekit composes is the published model: each architectural value equal, or named.
 
 Ours: the keys MaxText runs with (base.yml < MaxText's model file < moekit's arguments), read by
-moekit.config.architecture.from_maxtext. Published: MaxText 0.2.5's copies of the Hugging Face configs
+moekit.checkpoint.model.architecture.from_maxtext. Published: MaxText 0.2.5's copies of the Hugging Face configs
 (maxtext/checkpoint_conversion/utils/hf_model_configs.py, HF_MODEL_CONFIGS[model name]: transformers config
 objects), and for Llama 4, which MaxText has no copy of, the values of Meta's config.json written below with
 their source; both read by from_hf. A difference kept on purpose is a line of docs/adapting.md's "kept
@@ -22,7 +22,7 @@ import yaml
 from conftest import REPO, compose, moekit
 from moekit.base.maxtext_files import model_values
 from moekit.config import checks
-from moekit.config.architecture import differences, from_hf, from_maxtext
+from moekit.checkpoint.model.architecture import differences, from_hf, from_maxtext
 from moekit.config.families import FAMILIES
 from moekit.config.schema import GPU_FACTS
 from moekit.plan import resolved_values

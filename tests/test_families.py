@@ -13,7 +13,7 @@ import yaml
 
 from conftest import REPO, compose, losses, moekit
 from moekit.base.maxtext_files import model_values
-from moekit.config.architecture import HF_FAMILIES
+from moekit.checkpoint.model.architecture import HF_FAMILIES
 from moekit.config.checks import problems
 from moekit.config.checks.compute import QUANTIZED_MULTIPLE
 from moekit.config.compose import group_options
@@ -84,11 +84,11 @@ def test_the_hugging_face_side_is_the_rows():
 
 
 def test_no_module_tells_families_apart_by_name():
-    # config/architecture.py's from_hf branches on Hugging Face's model_type (HF_FAMILIES' keys), three of which are
-    # spelled like a family: those compares of `kind` there are Hugging Face's names, not the family's.
+    # checkpoint/model/architecture.py's from_hf branches on Hugging Face's model_type (HF_FAMILIES' keys), three of
+    # which are spelled like a family: those compares of `kind` there are Hugging Face's names, not the family's.
     hf_kind = re.compile(rf"\bkind == \"({'|'.join(map(re.escape, HF_FAMILIES))})\"")
     found = compared(FAMILIES, ["config/families.py"])
-    assert [ln for ln in found if not (ln.startswith("config/architecture.py:") and hf_kind.search(ln))] == []
+    assert [ln for ln in found if not (ln.startswith("checkpoint/model/architecture.py:") and hf_kind.search(ln))] == []
 
 
 # ---- model options say what MaxText's model files say ----

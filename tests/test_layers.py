@@ -21,13 +21,14 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("config",),  # compose, schema, back-end and cluster-kind tables, checks, load
     ("te_gmm",),  # moe=te_gmm's own code (hook, grouped GEMM, host probe)
     ("translate",),  # config -> MaxText args, XLA flags, env, rendezvous, the fabric spec
-    ("render", "plan", "observe.runs", "bench"),  # pure rooms beside each other (observe.runs: summaries, steady steps)
+    # pure rooms beside each other (observe.runs: summaries, steady steps; checkpoint.model: a checkpoint's model)
+    ("render", "plan", "observe.runs", "bench", "checkpoint.model"),
     ("observe.profiles",),  # traced profiles and their rules
     ("observe.reports",),  # reports, plots and comparisons
     ("worker",),  # inside each training process
     ("preflight",),  # host probes
     ("prepare",),  # data prepared on the host
-    ("checkpoint",),  # Hugging Face checkpoints in and out (MaxText's converter)
+    ("checkpoint.convert",),  # Hugging Face checkpoints in and out (MaxText's converter)
     ("run",),  # one run
     ("series",),  # trials, sweeps, tuning
     ("commands",),
@@ -35,7 +36,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("entry",),  # moekit/__main__.py
 )
 FLOOR = {room: i for i, floor in enumerate(FLOORS) for room in floor}
-SPLIT = ("observe",)  # rooms split by concern into sub-packages, each a room of the order
+SPLIT = ("observe", "checkpoint")  # rooms split by concern into sub-packages, each a room of the order
 
 
 def allowed(room: str) -> set[str]:

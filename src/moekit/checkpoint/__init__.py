@@ -1,4 +1,0 @@
-"""Hugging Face checkpoints in and out: import into an Orbax checkpoint a run starts from
-(`checkpoint.init_from=DIR`), export back to safetensors. The conversion itself is MaxText 0.2.5's
-(maxtext.checkpoint_conversion: to_maxtext's loaders, param mappings and hooks; to_huggingface's inverse);
-this package checks before it writes and adds the progress bar, the summary and the record."""

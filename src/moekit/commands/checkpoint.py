@@ -3,17 +3,19 @@
     moekit checkpoint import --family deepseek2_16b ~/DeepSeek-V2-Lite --out /ckpt/dsv2   # then:
     moekit train experiment=dsv2_lite_8gpu checkpoint.init_from=/ckpt/dsv2
     moekit checkpoint export /ckpt/dsv2 --out ~/dsv2-hf                              # back to safetensors
+    moekit checkpoint export outputs/<run>/<run name>/checkpoints/9 --out ~/trained-hf   # what `train` saved
 
 `--family` is the model option (conf/model/) the checkpoint is an instance of; a checkpoint of another shape (a
 smaller one) gets the option's routing and the checkpoint's widths, printed as the overrides the run needs. Before
 anything is written the family, every architectural value and every tensor's shape are checked, and the first
-difference is named. A progress bar goes to stderr, the summary to stdout.
+difference is named. Export reads the model from the import's record, or from the config.yaml of the run that saved
+the checkpoint. A progress bar goes to stderr, the summary to stdout; MaxText's own log lines are kept off both.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import shlex
 from pathlib import Path
 
 HELP = "import a Hugging Face checkpoint folder into an Orbax checkpoint (checkpoint.init_from=), or export one"
@@ -31,8 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     q.add_argument("--family", required=True, help="the model option it is an instance of (deepseek3_671b, ...)")
     q.add_argument("--out", type=Path, required=True, help="a new folder for the Orbax checkpoint")
-    e = sub.add_parser("export", help="an imported (or trained) Orbax checkpoint -> Hugging Face safetensors")
-    e.add_argument("src", type=Path, help="a folder `checkpoint import` wrote")
+    e = sub.add_parser("export", help="an imported or trained Orbax checkpoint -> Hugging Face safetensors")
+    e.add_argument(
+        "src",
+        type=Path,
+        help="a folder `checkpoint import` wrote, or a run's <run.dir>/<run.name>/checkpoints/<step> folder",
+    )
     e.add_argument("--out", type=Path, required=True, help="a new folder for config.json + model.safetensors")
 
 
@@ -50,28 +56,39 @@ def _args(cfg) -> list[str]:
     return [a.render() for a in maxtext_args(cfg, "/tmp/moekit-ckpt", "/tmp/moekit-ckpt/m.jsonl") if a.key not in skip]
 
 
+def _export(args: argparse.Namespace) -> int:
+    from moekit.checkpoint.convert import orbax, sources, target
+
+    target.check(args.out, "export")  # before anything is loaded
+    src = args.src.absolute()
+    if (record := sources.import_record(src)) is not None:
+        cfg = _compose(record["family"], record["overrides"])
+        hf_config, mapping = record["hf_config"], record["mapping"]
+    else:
+        cfg, hf_config, mapping = sources.run_checkpoint(src)
+    out = args.out.absolute()
+    with target.writing(out, "export") as tmp, orbax.quiet():
+        summary = orbax.export_checkpoint(src, hf_config, mapping, _args(cfg), tmp)
+    summary.out = out
+    print(summary.text("exported"))
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Import or export; a refused checkpoint exits 2 with the first difference named (moekit.cli)."""
+    from moekit.checkpoint.convert import orbax
+
+    orbax.quiet_jax()
     from moekit.base.maxtext_files import model_values
-    from moekit.checkpoint import convert, hf
-    from moekit.config.checks.checkpoint import RECORD
+    from moekit.checkpoint.convert import files, target
+    from moekit.checkpoint.model import hf
     from moekit.plan import resolved_values
 
     if args.action == "export":
-        record_file = args.src / RECORD
-        if not record_file.is_file():
-            raise hf.CheckpointError(f"{args.src}: no {RECORD} (export reads what `checkpoint import` wrote)")
-        record = json.loads(record_file.read_text(encoding="utf8"))
-        cfg = _compose(record["family"], record["overrides"])
-        summary = convert.export_checkpoint(
-            args.src.absolute(), record["hf_config"], record["mapping"], _args(cfg), args.out.absolute()
-        )
-        print(summary.text("exported"))
-        return 0
+        return _export(args)
     args.src, args.overrides = Path(args.src_and_overrides[0]), list(args.src_and_overrides[1:])
-    if args.out.exists():
-        raise hf.CheckpointError(f"{args.out} exists: import writes a new folder")
-    ckpt = hf.read(args.src)
+    target.check(args.out, "import")
+    ckpt = files.read(args.src)
     probe = _compose(args.family, list(args.overrides))
     mapping = hf.family_check(ckpt.config, probe.model.decoder_block, args.family)
     shape = hf.override_strings(ckpt.config)
@@ -87,15 +104,17 @@ def run(args: argparse.Namespace) -> int:
         "tensors": len(ckpt.tensors),
         "parameters": ckpt.parameters,
     }
-    summary = convert.import_checkpoint(ckpt, mapping, _args(cfg), args.out.absolute(), record)
+    out = args.out.absolute()
+    with target.writing(out, "import") as tmp, orbax.quiet():  # the folder is made before the conversion starts
+        summary = orbax.import_checkpoint(ckpt, mapping, _args(cfg), tmp, record)
+    summary.out = out
     summary.tensors, summary.parameters = len(ckpt.tensors) - len(unused), ckpt.parameters
     print(summary.text(f"imported {args.src} ({ckpt.bytes / 2**20:,.1f} MiB of safetensors)"))
     if unused:
         print(f"  not imported: {len(unused)} tensor(s) MaxText's model has no place for, e.g. {unused[0]}")
     own = _needed(probe, resolved_values(probe, *model_values(probe.model.name)), shape)
-    print(
-        f"  train from it: moekit train model={args.family} checkpoint.init_from={args.out.absolute()} {' '.join(own)}"
-    )
+    line = [f"model={args.family}", *args.overrides, f"checkpoint.init_from={args.out.absolute()}", *own]
+    print(f"  train from it: moekit train {shlex.join(line)}")
     return 0
 
 

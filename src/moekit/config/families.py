@@ -2,7 +2,8 @@
 
 Each fact names the MaxText code it was read from (maxtext/configs/types.py validation, maxtext/layers/moe.py
 routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data, read by the
-family checks (config/checks/family.py) and by the architecture read from MaxText's keys (config/architecture.py).
+family checks (config/checks/family.py) and by the architecture read from MaxText's keys
+(checkpoint/model/architecture.py).
 Adding a family (docs/extending.md): its conf/model options, its row here, the schema's choice (schema.DecoderBlock),
 its layout experiment and its line in docs/adapting.md; tests/test_families.py ties them. The tests' lists of
 full-size models, published parameter counts and Hugging Face parity references are read from the rows.
@@ -31,7 +32,7 @@ class HfModel:
     """One Hugging Face model_type of the family, and the tiny reference its logits parity runs on."""
 
     model_type: str
-    """transformers' config.model_type (config/architecture.py HF_FAMILIES maps it to this family)."""
+    """transformers' config.model_type (checkpoint/model/architecture.py HF_FAMILIES maps it to this family)."""
     reference_class: str
     """The transformers class the parity test compares logits with (tests/reference/parity.py)."""
     tiny: str | None = None

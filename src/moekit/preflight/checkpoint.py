@@ -4,9 +4,9 @@ MaxText reads load_parameters_path=<init_from>/0/items only after start-up and c
 checkpoint of another model fails there with a tree or shape error of Orbax. Here, before anything starts: the
 folder exists, holds `0/items` (the layout `moekit checkpoint import` writes), and, where the import left its
 record (moekit-import.json), the checkpoint's model is the configured one: the same family (MaxText decoder block)
-and every architectural value that sets a parameter's shape (moekit.config.architecture, read from the recorded
-config.json and from the keys MaxText runs with). A value that changes what the model computes but no shape (rope,
-routing, norm epsilon) is reported as a note: the weights load, the model is not the imported one. A folder
+and every architectural value that sets a parameter's shape (moekit.checkpoint.model.architecture, read from the
+recorded config.json and from the keys MaxText runs with). A value that changes what the model computes but no shape
+(rope, routing, norm epsilon) is reported as a note: the weights load, the model is not the imported one. A folder
 without a record (an Orbax checkpoint another tool wrote) is checked for its layout only, and the note says so.
 """
 
@@ -18,15 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from moekit.base import maxtext_files
-from moekit.config.architecture import HF_FAMILIES, differences, from_hf, from_maxtext
+from moekit.checkpoint.model.architecture import HF_FAMILIES, differences, from_hf, from_maxtext
+from moekit.checkpoint.model.hf_config import ConfigJsonError, checked
 from moekit.config.checks import Problem
 from moekit.config.checks.checkpoint import ITEMS, RECORD
 from moekit.config.schema import Config
 from moekit.plan import resolved_values
 
 KEY = "checkpoint.init_from"
+RECORD_BYTES = 64 * 2**20  # moekit-import.json: config.json (at most 4 MiB) and a few counts
 REMOTE = ("gs://", "s3://", "hf://", "http://", "https://")
-# The architectural values (moekit.config.architecture) that decide the shape or the presence of a parameter.
+# The architectural values (moekit.checkpoint.model.architecture) that decide the shape or the presence of a parameter.
 SHAPE_KEYS = frozenset(
     {
         "layers",
@@ -63,11 +65,19 @@ def _record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
     if not path.is_file():
         return None, None
     try:
-        record = json.loads(path.read_text(encoding="utf8"))
-    except (OSError, ValueError) as exc:
+        with path.open("rb") as f:
+            data = f.read(RECORD_BYTES + 1)
+        if len(data) > RECORD_BYTES:
+            return None, f"{path} is larger than {RECORD_BYTES:,} bytes (not a record `moekit checkpoint import` wrote)"
+        record = json.loads(data)
+    except (OSError, ValueError, RecursionError) as exc:
         return None, f"{path} cannot be read: {exc}"
     if not isinstance(record, dict) or not isinstance(record.get("hf_config"), dict):
         return None, f"{path} has no hf_config (not a record `moekit checkpoint import` wrote)"
+    try:  # its counts are read (from_hf) only once they are in range
+        checked(record["hf_config"], f"{path} hf_config")
+    except ConfigJsonError as exc:
+        return None, str(exc)
     return record, None
 
 
@@ -94,6 +104,9 @@ def problems(cfg: Config) -> tuple[list[Problem], list[str]]:
     if not given or given.startswith(REMOTE):
         return [], []
     folder = Path(given.rstrip("/"))
+    if not folder.is_absolute():  # Orbax refuses a relative path, after MaxText has started and compiled
+        seen = f"{given} is a relative path; MaxText's Orbax reads checkpoints from absolute paths only"
+        return [Problem(KEY, seen, f"checkpoint.init_from={folder.absolute()}")], []
     if found := _layout(folder, socket.gethostname()):
         return [found], []
     record, unreadable = _record(folder)

@@ -10,17 +10,19 @@ The tensors keep the checkpoint's dtype (float32 stays float32), so import then 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import logging
 import os
-import shutil
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from moekit.checkpoint.hf import CheckpointError, HfCheckpoint
+from moekit.checkpoint.model.hf import CheckpointError, HfCheckpoint
 from moekit.config.checks.checkpoint import ITEMS, RECORD
 from moekit.prepare.text_shards import Progress
 
@@ -40,6 +42,42 @@ class Summary:
             f"{what}: {self.tensors} tensors, {self.parameters:,} parameters, {self.bytes / 2**20:,.1f} MiB "
             f"in {self.seconds:.1f} s\n  at {self.out}"
         )
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """MaxText's, absl's and transformers' info and warning lines (dozens for a tiny import, several about the
+    configs of other models) kept off the console while converting; errors still show. moekit's progress bar and
+    summary are not logging. jaxlib's own C++ lines need TF_CPP_MIN_LOG_LEVEL before jax loads (`quiet_jax`)."""
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def quiet_jax() -> None:
+    """Keep jaxlib's C++ info lines off the console; call before anything imports jax."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def published_config(values: dict[str, Any], mapping_key: str) -> dict[str, Any]:
+    """config.json of the model MaxText builds from `values` (a run's resolved keys), on the family's published
+    config (MaxText's hf_model_configs, the keys its mappings read); refused when a value has no form there."""
+    from moekit.checkpoint.model.architecture import differences, from_hf, from_maxtext, to_hf
+
+    with quiet():  # the table builds every model's transformers config, with warnings about other models
+        from maxtext.checkpoint_conversion.utils.hf_model_configs import HF_MODEL_CONFIGS
+
+        published = HF_MODEL_CONFIGS[mapping_key].to_dict()
+    hf_config = to_hf(values, published)
+    diff = differences(from_maxtext(values), from_hf(hf_config))
+    if diff:
+        key, (ours, theirs) = next(iter(diff.items()))
+        raise CheckpointError(f"the run's model has {key}={ours!r}, which its config.json would give as {theirs!r}")
+    return hf_config
 
 
 def _pyconfig(args: Sequence[str]):
@@ -86,20 +124,26 @@ def _flat_list(source) -> bool:
 
 
 def _load_tensors(ckpt: HfCheckpoint) -> dict[str, Any]:
-    from safetensors import safe_open
+    """Each tensor from the one file moekit.checkpoint.convert.files chose for it."""
+    from safetensors import SafetensorError, safe_open
 
     out = {}
     for f in ckpt.files:
-        with safe_open(str(f), framework="np") as s:
-            for name in s.keys():
-                out[name] = s.get_tensor(name)
+        try:
+            with safe_open(str(f), framework="np") as s:
+                for name in s.keys():
+                    if ckpt.sources.get(name) == f:
+                        out[name] = s.get_tensor(name)
+        except SafetensorError as e:
+            raise CheckpointError(f"{f}: its data cannot be read ({e}): copy or download it again") from None
     return out
 
 
 def import_checkpoint(
     ckpt: HfCheckpoint, mapping_key: str, maxtext_args: Sequence[str], out: Path, record: dict[str, Any]
 ) -> Summary:
-    """Convert the checkpoint into an Orbax checkpoint at `out` (written beside it, then renamed into place)."""
+    """Convert the checkpoint into an Orbax checkpoint in the folder `out` (moekit.checkpoint.convert.target's
+    `<out>.partial`, renamed into place by the caller)."""
     import jax
     from maxtext.checkpoint_conversion import to_maxtext as tm
     from maxtext.checkpoint_conversion.utils.param_mapping import HOOK_FNS, PARAM_MAPPING
@@ -138,19 +182,15 @@ def import_checkpoint(
     if missing:
         raise CheckpointError(f"MaxText parameter {missing[0]}: no tensor of the checkpoint maps to it")
     params = jax.tree_util.tree_unflatten(treedef, weights)
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
     save_weights_to_checkpoint(
-        str(tmp), params, 1, config.checkpoint_storage_use_ocdbt, config.checkpoint_storage_use_zarr3, config=config
+        str(out), params, 1, config.checkpoint_storage_use_ocdbt, config.checkpoint_storage_use_zarr3, config=config
     )
-    (tmp / RECORD).write_text(
+    (out / RECORD).write_text(
         json.dumps(record | {"dtype": save_dtype, "scan_layers": bool(config.scan_layers)}, indent=1, default=str),
         encoding="utf8",
     )
-    tmp.rename(out)
-    used = {k for k in tensors}
     return Summary(
-        tensors=len(used),
+        tensors=len(tensors),
         parameters=ckpt.parameters,
         bytes=sum(f.stat().st_size for f in out.rglob("*") if f.is_file()),
         seconds=time.monotonic() - start,
@@ -179,11 +219,46 @@ def _split_layer_stacks(config, keys, state, param_map, hooks, shape_map) -> dic
     return dict(out)
 
 
+def _aux_variables(items: Path) -> dict[str, Any]:
+    """A checkpoint `train` saved (NNX) keeps the variables that are not parameters, DeepSeek-V3's selection bias
+    among them, under nnx_aux.model, which MaxText's load_orbax_checkpoint leaves out (it restores params only):
+    each such bias restored here, under the name an import gives it (MoEBiasVar-<path>), which the mapping then
+    finds (_alias_collections). Empty for an import's checkpoint (it has no nnx_aux)."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    ckptr = ocp.Checkpointer(ocp.PyTreeCheckpointHandler())
+    tree = ckptr.metadata(items).item_metadata.tree
+    aux = tree.get("nnx_aux") if isinstance(tree, dict) else None
+    if not isinstance(aux, dict) or not isinstance(aux.get("model"), dict):
+        return {}
+
+    def biases(node, names):
+        if isinstance(node, dict):
+            kept = {k: biases(v, [*names, k]) for k, v in node.items()}
+            return {k: v for k, v in kept.items() if v is not None} or None
+        return node if names[-2:] == ["gate", "bias"] and hasattr(node, "shape") else None
+
+    wanted = biases(aux["model"], [])
+    if not wanted:
+        return {}
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("x",))
+    one = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    item = {"nnx_aux": {"model": wanted}}
+    restore_args = jax.tree_util.tree_map(lambda _: ocp.ArrayRestoreArgs(sharding=one), item)
+    restored = ckptr.restore(items, args=ocp.args.PyTreeRestore(item, restore_args=restore_args, partial_restore=True))
+    out = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(restored["nnx_aux"]["model"])[0]:
+        out["MoEBiasVar-" + "-".join(str(getattr(p, "key", p)) for p in path)] = leaf
+    return out
+
+
 def export_checkpoint(
     ckpt_dir: Path, hf_config: dict[str, Any], mapping_key: str, maxtext_args: Sequence[str], out: Path
 ) -> Summary:
     """Write the parameters of an Orbax checkpoint (`ckpt_dir`: an import, or a run's checkpoints/<step>) as
-    Hugging Face safetensors + config.json into the new folder `out`."""
+    Hugging Face safetensors + config.json into the empty folder `out` (target's `<out>.partial`)."""
     import numpy as np
     from maxtext.checkpoint_conversion import to_huggingface as th
     from maxtext.checkpoint_conversion.utils.utils import (
@@ -200,6 +275,7 @@ def export_checkpoint(
     config = _pyconfig([*maxtext_args, f"load_parameters_path={items}", f"weight_dtype={dtype}"])
     maps = th._get_model_mappings(mapping_key, config.scan_layers, dict(hf_config), config)
     state = detect_and_extract_checkpoint(load_orbax_checkpoint(config))
+    state |= {k: v for k, v in _aux_variables(items).items() if k not in state}
     param_map = _alias_collections(maps["param_mapping"], state)
     hooks = _alias_collections(maps["hook_fn_mapping"], state)
     keys = validate_and_filter_param_map_keys(param_map, set(state))
@@ -208,14 +284,8 @@ def export_checkpoint(
     keys = [k for k in keys if not (isinstance(k, str) and k in before - set(state))]
     hf |= th._transform_weights_to_full_model(config, keys, state, param_map, hooks, maps["shape_mapping"])
     arrays = {k: np.ascontiguousarray(np.asarray(v)) for k, v in sorted(hf.items())}
-    if out.exists():
-        raise CheckpointError(f"{out} exists: export writes a new folder")
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    save_file(arrays, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(hf_config, indent=2, default=str), encoding="utf8")
-    tmp.rename(out)
+    save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(hf_config, indent=2, default=str), encoding="utf8")
     return Summary(
         tensors=len(arrays),
         parameters=sum(int(a.size) for a in arrays.values()),

@@ -365,3 +365,90 @@ def model_overrides(c: Mapping[str, Any]) -> dict[str, Any]:
         "experts_per_token": a["top_k"],
         "extra": extra,
     }
+
+
+def hf_model_type(v: Mapping[str, Any]) -> str:
+    """The Hugging Face model_type of the model MaxText builds from these keys. Where model types share a decoder
+    block (DeepSeek's V2 and V3), the MaxText model name tells them apart (deepseek2-16b is deepseek_v2)."""
+    kinds = [kind for kind, block in HF_FAMILIES.items() if block == v["decoder_block"]]
+    named = [kind for kind in kinds if str(v["model_name"]).startswith(kind.replace("_v", ""))]
+    return (named or kinds)[-1]
+
+
+def to_hf(v: Mapping[str, Any], published: Mapping[str, Any]) -> dict[str, Any]:
+    """A Hugging Face config of the model MaxText builds from keys `v`: the family's `published` config (the keys
+    the converter's mappings read) with every architectural value set from `v`. The caller compares from_hf of the
+    result with from_maxtext(v): a value this does not carry over is then named, not written wrong."""
+    a = from_maxtext(v)
+    kind = hf_model_type(v)
+    c = dict(published) | {
+        "model_type": kind,
+        "num_hidden_layers": a["layers"],
+        "hidden_size": a["hidden"],
+        "num_attention_heads": a["heads"],
+        "num_key_value_heads": a["kv_heads"],
+        "num_experts_per_tok": a["top_k"],
+        "vocab_size": a["vocab"],
+        "tie_word_embeddings": a["tied_embeddings"],
+        "rms_norm_eps": a["norm_eps"],
+    }
+    dense = [i for i in range(a["layers"]) if i not in a["moe_layers"]]
+    if "dense_ffn" in a:
+        c["intermediate_size_mlp" if kind == "llama4_text" else "intermediate_size"] = a["dense_ffn"]
+    if kind.startswith("deepseek"):
+        c |= {
+            "n_routed_experts": a["experts"],
+            "moe_intermediate_size": a["expert_ffn"],
+            "n_shared_experts": a["shared_experts"],
+            "first_k_dense_replace": a["moe_layers"][0] if a["moe_layers"] else a["layers"],
+            "moe_layer_freq": 1,
+            "routed_scaling_factor": a["scale"],
+            "norm_topk_prob": a["normalize_topk"],
+            "q_lora_rank": a["q_lora_rank"] or None,
+        }
+        c |= {k: a[k] for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")}
+        groups = a["routing_groups"] or (1, 1)
+        c |= {"n_group": groups[0], "topk_group": groups[1]}
+        if kind == "deepseek_v2":
+            c["scoring_func"] = a["score"]
+            c["topk_method"] = "group_limited_greedy" if a["routing_groups"] else "greedy"
+    else:
+        c |= {"head_dim": a["head_dim"]}
+        if kind == "qwen3_moe":
+            c |= {"num_experts": a["experts"], "moe_intermediate_size": a["expert_ffn"], "decoder_sparse_step": 1}
+            c |= {"mlp_only_layers": dense, "norm_topk_prob": a["normalize_topk"]}
+            c |= {"use_sliding_window": bool(a["sliding_window"]), "sliding_window": a["sliding_window"]}
+        else:  # mixtral, gpt_oss: the expert width is intermediate_size
+            c |= {"num_local_experts": a["experts"], "intermediate_size": a["expert_ffn"]}
+            c["sliding_window"] = a["sliding_window"]
+            if kind == "gpt_oss":
+                c["swiglu_limit"] = a["activation_limit"]
+                n = a["layers"]
+                c["layer_types"] = [
+                    "sliding_attention" if i in a["sliding_layers"] else "full_attention" for i in range(n)
+                ]
+    return c | _rope_to_hf(a, published)
+
+
+def _rope_to_hf(a: Mapping[str, Any], published: Mapping[str, Any]) -> dict[str, Any]:
+    rope = a["rope"]
+    p: dict[str, Any] = {"rope_theta": a["rope_theta"], "rope_type": "default"}
+    if rope and rope["type"] == "yarn":
+        p |= {k: rope[k] for k in ("factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate")}
+        p["rope_type"] = "yarn"
+        if rope["mscale"] is not None:
+            p |= {"mscale": rope["mscale"], "mscale_all_dim": rope["mscale"]}
+    elif rope:
+        p |= {k: v for k, v in rope.items() if k != "type"} | {"rope_type": rope["type"]}
+    out: dict[str, Any] = (
+        {"max_position_embeddings": rope["max_position_embeddings"]}
+        if rope and "max_position_embeddings" in rope
+        else {}
+    )
+    if published.get("rope_parameters"):  # transformers >= 5 keeps rope in one mapping
+        return out | {"rope_parameters": p}
+    theta = p.pop("rope_theta")
+    return out | {
+        "rope_theta": theta,
+        "rope_scaling": None if p["rope_type"] == "default" else p | {"type": p["rope_type"]},
+    }

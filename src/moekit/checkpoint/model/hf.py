@@ -1,20 +1,20 @@
 """Check a Hugging Face checkpoint folder against the model a moekit option composes, before anything is written.
 
 Three refusals, each naming what differs: the family (config.json's model_type against the option's decoder block),
-the architecture (moekit.config.architecture: the first key whose value differs), the tensors (safetensors headers
-against MaxText's HF_SHAPE for that config: the first tensor missing or of another shape). Reads only config.json and
-the safetensors headers.
+the architecture (moekit.checkpoint.model.architecture: the first key whose value differs), the tensors (safetensors
+headers against MaxText's HF_SHAPE for that config: the first tensor missing or of another shape). Pure: works on
+config.json (checked by hf_config) and the headers that moekit.checkpoint.convert.files read.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from moekit.base.errors import MoekitError
-from moekit.config.architecture import HF_FAMILIES, differences, from_hf, from_maxtext, model_overrides
+from moekit.checkpoint.model.architecture import HF_FAMILIES, differences, from_hf, from_maxtext, model_overrides
+from moekit.checkpoint.model.hf_config import bound_by_tensors
 
 # MaxText 0.2.5's param mapping (PARAM_MAPPING/HOOK_FNS/HF_SHAPE key) for each family's Hugging Face model_type.
 MAPPING_KEYS = {
@@ -24,6 +24,8 @@ MAPPING_KEYS = {
     "mixtral": "mixtral-8x7b",
     "gpt_oss": "gpt-oss-20b",
 }
+# The mappings whose HF_SHAPE names each expert's tensors apart (gpt-oss stacks the experts of a layer in one tensor).
+PER_EXPERT = frozenset({"deepseek3-671b", "deepseek2-16b", "qwen3-30b-a3b", "mixtral-8x7b"})
 NO_MAPPING = {
     "llama4_text": "MaxText 0.2.5 has no to_maxtext mapping for Llama 4 (PARAM_MAPPING has none); its standalone "
     "script checkpoint_conversion/standalone_scripts/llama4_ckpt_unscanned.py reads Meta's original .pth "
@@ -42,7 +44,11 @@ class HfCheckpoint:
     folder: Path
     config: dict[str, Any]
     tensors: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)
-    files: list[Path] = field(default_factory=list)
+    sources: dict[str, Path] = field(default_factory=dict)  # tensor -> the file it is read from
+
+    @property
+    def files(self) -> list[Path]:
+        return sorted(set(self.sources.values()))
 
     @property
     def parameters(self) -> int:
@@ -57,27 +63,6 @@ class HfCheckpoint:
     @property
     def bytes(self) -> int:
         return sum(f.stat().st_size for f in self.files)
-
-
-def read(folder: Path) -> HfCheckpoint:
-    """config.json and every *.safetensors header of a local folder."""
-    from safetensors import safe_open
-
-    folder = Path(folder)
-    if not (folder / "config.json").is_file():
-        raise CheckpointError(f"{folder}: no config.json (a local Hugging Face checkpoint folder is expected)")
-    config = json.loads((folder / "config.json").read_text(encoding="utf8"))
-    config = config.get("text_config", config)  # a multimodal checkpoint (Llama 4) nests its text model's config
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"{folder}: no *.safetensors files (moekit imports safetensors only)")
-    ckpt = HfCheckpoint(folder, config, files=files)
-    for f in files:
-        with safe_open(str(f), framework="np") as s:
-            for name in s.keys():
-                sl = s.get_slice(name)
-                ckpt.tensors[name] = (tuple(sl.get_shape()), str(sl.get_dtype()))
-    return ckpt
 
 
 def family_check(config: dict[str, Any], decoder_block: str, option: str) -> str:
@@ -116,6 +101,7 @@ def architecture_check(config: dict[str, Any], values: dict[str, Any]) -> None:
 def shape_check(ckpt: HfCheckpoint, mapping_key: str) -> list[str]:
     """Refuse at the first tensor MaxText's mapping needs that is missing or of another shape; returns the names
     of tensors the mapping does not read (a DeepSeek-V3 checkpoint's multi-token-prediction layer, for example)."""
+    bound_by_tensors(ckpt.config, len(ckpt.tensors), mapping_key in PER_EXPERT, str(ckpt.folder / "config.json"))
     from maxtext.checkpoint_conversion.utils.hf_shape import HF_SHAPE
 
     expected = HF_SHAPE[mapping_key](ckpt.config)
