@@ -146,16 +146,18 @@ def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) 
         finally:
             _emit({"event": ev.RESTORE, "start": began, "end": time.time()})
 
-    reached = checkpointing.reached_preemption
+    checkpointing.save_checkpoint = save_checkpoint
+    checkpointing.maybe_save_checkpoint = maybe_save_checkpoint
+    checkpointing.load_state_if_possible = load_state_if_possible
+    reached = getattr(checkpointing, "reached_preemption", None)
+    if reached is None:  # a MaxText without that check: JAX's sync point alone decides
+        return
 
     def reached_preemption(manager: Any, step: int) -> bool:
         if _stopping is not None and int(step) >= _stopping:
             return True  # moekit's flag: MaxText saves this step and stops
         return reached(manager, step)  # JAX's preemption sync point
 
-    checkpointing.save_checkpoint = save_checkpoint
-    checkpointing.maybe_save_checkpoint = maybe_save_checkpoint
-    checkpointing.load_state_if_possible = load_state_if_possible
     checkpointing.reached_preemption = reached_preemption
 
 
