@@ -258,8 +258,7 @@ def _stops_under_load(tmp_path: Path, stops: int) -> list[tuple[int, int, float]
     try:
         for n in range(stops):
             proc = start_moekit(LOADED, run)
-            stamped = lambda: len(events.read(run / events.FILE).step_end) >= 2  # noqa: E731
-            wait_until(proc, stamped, f"two steps of attempt {n + 1}")
+            wait_until(proc, lambda n=n: _stamped(run, n + 1) >= 2, f"two steps of attempt {n + 1}")
             signalled = time.time()
             os.kill(proc.pid, signal.SIGTERM)  # moekit only, as a pod's PID 1 or a Slurm task gets it
             out, _ = proc.communicate(timeout=300)
@@ -272,6 +271,17 @@ def _stops_under_load(tmp_path: Path, stops: int) -> list[tuple[int, int, float]
         os.killpg(neighbour.pid, signal.SIGKILL)
         neighbour.communicate()
     return got
+
+
+def _stamped(run: Path, attempt: int) -> int:
+    """Steps stamped by attempt `attempt` (0 while an earlier attempt's files are still in place)."""
+    try:
+        manifest = json.loads((run / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return 0
+    if manifest.get("attempt") != attempt or manifest.get("status") != "running":
+        return 0
+    return len(events.read(run / events.FILE).step_end)
 
 
 def _check_stops(got: list[tuple[int, int, float]]) -> None:

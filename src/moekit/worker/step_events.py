@@ -40,6 +40,7 @@ _stop_file: str | None = None  # moekit's stop flag (MOEKIT_STOP), looked for at
 _stop_at: int | None = None  # the step the flag names, once it is there
 _stopping: int | None = None  # the step this worker stops at: MaxText's preemption check answers yes from it on
 STOP_READ_BYTES = 4096  # the flag is one small JSON object; nothing larger is read
+FORCE_ARG = 5  # MaxText 0.2.5's save_checkpoint(checkpoint_manager, step, state, config, data_iterator, force)
 
 
 def _emit(record: dict[str, Any]) -> None:
@@ -114,7 +115,14 @@ def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) 
 
     def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
         saving.did = True
-        _emit({"event": ev.SAVE_BEGIN, "step": getattr(saving, "step", None), "t": time.time()})  # for the watchdog
+        step = getattr(saving, "step", None)
+        _emit({"event": ev.SAVE_BEGIN, "step": step, "t": time.time()})  # for the watchdog
+        if _stopping is not None and step is not None and step >= _stopping:
+            # moekit's flag stops here, not JAX's sync point, which Orbax's manager asks too: it would decline
+            if len(args) > FORCE_ARG:
+                args = (*args[:FORCE_ARG], True, *args[FORCE_ARG + 1 :])
+            else:
+                kwargs["force"] = True
         return save(*args, **kwargs)
 
     def maybe_save_checkpoint(manager, state, config, data_iterator, step=None):
