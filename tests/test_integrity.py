@@ -44,7 +44,7 @@ from conftest import (
 )
 
 STEPS, EVERY = 40, 5
-# Saves at 0, 5, ..., 35 and 39: the step after each pays it, the step after that refills the pipeline, 0 starts.
+# Saves at 0, 5, ..., 35 and 39: the step after each pays it, the two after that refill the pipeline, 0 starts.
 # Each resumed attempt loses its first three (start, the step with its first compilations, refill). 40 steps
 # leave the interrupted run enough steady steps and the chain seven saves to place its stops at (see CHAIN);
 # a CPU step costs about 0.5 s, an attempt's start-up 15 s.
