@@ -24,7 +24,6 @@ import dataclasses
 import json
 import os
 import signal
-import statistics
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from conftest import (
 )
 
 STEPS, EVERY = 40, 5
-# Saves at 0, 5, ..., 35 and 39: the step after each pays it, the step after that refills the pipeline, 0 starts.
+# Saves at 0, 5, ..., 35 and 39: the step after each pays it, the two after that refill the pipeline, 0 starts.
 # Each resumed attempt loses its first three (start, the step with its first compilations, refill). 40 steps
 # leave the interrupted run enough steady steps and the chain seven saves to place its stops at (see CHAIN);
 # a CPU step costs about 0.5 s, an attempt's start-up 15 s.
@@ -493,10 +492,8 @@ def _others_share(run: Path) -> float | None:
 @pytest.mark.parametrize("path", ["profile=on", "train -m member"])
 def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_run, profiled_smoke, smoke_sweep):
     """experiment=smoke three ways, each a fixture other tests share: plain, with profile=on (the trace edges and
-    the steps after them are left out by the trace events), and as run 0 of a `train -m` sweep. The profiled run is
-    judged against itself, seconds apart: the traced steps it counts against its untraced ones (a shared CPU's speed
-    drifts between minutes, not within seconds). The sweep's run 0, made minutes from the plain run, is held to
-    DRIFT of it where both ran under like host load."""
+    the two steps after each are left out by the trace events), and as run 0 of a `train -m` sweep. The sweep's run
+    0, made minutes from the plain run, is held to DRIFT of it where both ran under like host load."""
     plain, plain_dir = _plain(smoke_run)
     folder, sweep = smoke_sweep
     assert sweep.returncode == 0, sweep.stderr[-3000:]
@@ -508,22 +505,10 @@ def test_profiled_and_sweep_runs_measure_what_a_plain_run_measures(path, smoke_r
         reasons = {e["step"]: e["reason"] for e in got["excluded"]}
         # MaxText traces steps 3..5: starting the trace falls in step 3, stopping it in step 6.
         assert reasons.get(3) == reasons.get(6) == "profile window edge", reasons
-        times = {int(r["step"]): r["perf/step_time_seconds"] for r in _rows(run / "metrics.jsonl")}
-        traced = [times[s] for s in got["counted_steps"] if 3 < s < 6]
-        after = [times[s] for s in got["counted_steps"] if s > 6]
-        assert traced and after, got["counted_steps"]
-        # Means, not medians: on CPU a step's time alternates short and long (the next step is dispatched before
-        # this one's results are read; the summary pairs them), so only a window's whole time is a step's cost.
-        inside = statistics.mean(traced) / statistics.mean(after)
-        whole = got["step_time_s"]["median"] / statistics.mean(after)
-        rates = [s["tokens_per_s_per_device"] for s in (got, plain, member)]
-        print(
-            f"\nprofile=on: traced steps counted {inside:.2f}x and the run's step time {whole:.2f}x the untraced "
-            f"steps' mean; tokens/s: this run {rates[0]:.1f}, plain {rates[1]:.1f}, sweep run 0 {rates[2]:.1f}"
-        )
-        # What a counted trace edge does is slow the counted steps (3x+); three untraced steps are a short window,
-        # so the other side is held only to DRIFT.
-        assert 1 / DRIFT <= inside <= RATIO and 1 / DRIFT <= whole <= RATIO, (inside, whole, times)
+        # The two steps after each edge refill the pipeline: no step from the edges to the second refill counts
+        # (the rate of a profiled run beside a plain one: tests/test_rates.py).
+        assert all(reasons.get(s) == "pipeline refill" for s in (4, 5, 7, 8)), reasons
+        assert not set(got["counted_steps"]) & set(range(3, 9)), got["counted_steps"]
         assert got["missing_steps"] == [] and got["steps"] == 10
         return
     print(f"\nsweep run 0: {member['tokens_per_s_per_device']:.1f} tokens/s over {member['counted_steps']}; plain "

@@ -425,7 +425,7 @@ def test_untraced_steps_leave_out_warm_up_and_the_windows_edges():
     times = [30.0, 1.0, 1.1, 4.0, 1.2, 1.3, 5.0, 1.0, 1.1, 1.2]
     rows = [{"step": float(i), "perf/step_time_seconds": t} for i, t in enumerate(times)]
     out = profile.maxtext_step_times(rows, first_step=3, expected=3)  # no events: the times alone
-    # Steps 1 and 2 are a pair (a refill and the step that did its work): neither is compared alone.
+    # Steps 1 and 2 refill the pipeline after the attempt start (observe/runs/steady.py): neither is compared.
     assert out["traced_steps"] == [4, 5] and out["untraced_steps"] == [7, 8, 9]
     assert out["untraced_median_s"] == pytest.approx(1.1)
     # With the run's own verdict (its events), exactly the steps it counted.

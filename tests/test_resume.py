@@ -24,11 +24,13 @@ def _steps(path: Path) -> list[int]:
     return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
 
 
-def _kill_after_checkpoint(run: Path, timeout_s: float = 420, command: list[str] = COMMON, ckpt: int = 3) -> None:
-    """Start the run, SIGKILL moekit once the checkpoint of step `ckpt` is committed and the step after it has run.
+def _kill_after_checkpoint(run: Path, timeout_s: float = 420, command: list[str] = COMMON, ckpt: int = 3) -> float:
+    """Start the run, SIGKILL moekit once the checkpoint of step `ckpt` is committed and the step after it has run;
+    returns the seconds from the start to the kill.
 
     Later checkpoints are still to come then, so the run cannot finish before the kill lands.
     """
+    started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "moekit", *command, f"run.dir={run}"],
         cwd=REPO,
@@ -49,7 +51,9 @@ def _kill_after_checkpoint(run: Path, timeout_s: float = 420, command: list[str]
             pytest.fail(f"no checkpoint of step {ckpt} within the time limit")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # moekit only: its workers run in sessions of their own
+        killed = time.monotonic() - started
         proc.wait()
+    return killed
 
 
 def _steps_partial(path: Path) -> list[int]:
@@ -106,7 +110,7 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
     assert ref.returncode == 0, ref.stderr + ref.stdout[-2000:]
 
     run = tmp_path / "resumed"
-    _kill_after_checkpoint(run, ckpt=6)
+    lived = _kill_after_checkpoint(run, ckpt=6)
     # The workers die with their launcher (PR_SET_PDEATHSIG): nothing is left holding the run.
     deadline = time.monotonic() + 30
     while live_workers(run) and time.monotonic() < deadline:
@@ -143,7 +147,16 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
     assert history[0]["failure"]["class"] == "killed"
     assert history[1]["failure"]["class"] == "corrupt_checkpoint"
     assert history[1]["failure"]["set_aside"] == {"checkpoint": 6, "moved_to": str(aside)}
-    assert json.loads((run / "summary.json").read_text())["steps"] == STEPS
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == STEPS
+    # One wall time over every attempt, in the manifest and the summary alike: the killed attempt's runs from its
+    # first event to its last (a lower bound), and its host load is unknown, so the run's is too.
+    print(f"\nkilled attempt: {history[0]['wall_s']} s recorded, {lived:.1f} s from launch to the kill")
+    assert history[0]["wall_s_lower_bound"] and 0 < history[0]["wall_s"] <= lived, (history[0], lived)
+    assert summary["wall_s_attempts"] == [h["wall_s"] for h in history]
+    assert manifest["wall_s"] == summary["wall_s"] == pytest.approx(sum(h["wall_s"] for h in history), abs=0.02)
+    assert manifest["wall_s_lower_bound"] and summary["wall_s_lower_bound"]
+    assert history[0]["host_load"]["others_share"] is None and manifest["host_load"]["others_share"] is None
 
     # A finished run directory is never overwritten.
     before = (run / "metrics.jsonl").read_bytes()

@@ -34,13 +34,15 @@ def test_runs_recorded_before_events_are_judged_by_attempts_and_times():
     compilation landed there) is left out by its time; the summary says which evidence it used."""
     run = rundata.load(RUNS / "twoproc")
     s = run.summary
-    assert {e["step"]: e["reason"] for e in s["excluded"]} == {0: "attempt start", 1: "pipeline refill", 2: "warm-up"}
+    assert {e["step"]: e["reason"] for e in s["excluded"]} == {0: "attempt start"} | dict.fromkeys(
+        [1, 2], "pipeline refill"
+    )
     assert s["evidence"] == {"1": "checkpoint.every (no event record)"}
     times = _times("twoproc")
     assert times[2] > 30 and s["step_time_s"]["median"] == statistics.median(times[k] for k in range(3, 10))
     assert s["step_time_s"]["max"] < 10 and s["step_time_s"]["min"] > 2  # neither the compile nor the artefacts
     text = summary.format_summary(s, "cpu", "no peak")
-    assert "left out         0 (attempt start); 1 (pipeline refill); 2 (warm-up)" in text
+    assert "left out         0 (attempt start); 1, 2 (pipeline refill)" in text
 
 
 def test_a_save_every_two_steps_leaves_no_steady_step_and_says_so():
@@ -53,10 +55,11 @@ def test_a_save_every_two_steps_leaves_no_steady_step_and_says_so():
     assert s["steady_steps"] == 0 and s["tokens_per_s_per_device"] is None and s["step_time_s"] is None
     reasons = {e["step"]: e["reason"] for e in s["excluded"]}
     assert [k for k, v in reasons.items() if v == "pipeline refill"] == [2, 4, 6, 8]
-    # The rate with the saves is total tokens over total time of every step but the attempt's start.
+    # The rate with the saves: the same rule with saves counted as training, so one window after the start and
+    # its refill (this run has no event record: its steps' times time it).
     rows = {int(r["step"]): r for r in run.metrics.rows}
     tokens = {k: rows[k][summary.TOKENS] * times[k] for k in rows}
-    with_saves = sum(tokens[k] for k in range(1, 10)) / sum(times[k] for k in range(1, 10))
+    with_saves = sum(tokens[k] for k in range(3, 10)) / sum(times[k] for k in range(3, 10))
     assert s["checkpoint"]["with_saves"]["tokens_per_s_per_device"] == pytest.approx(with_saves)
     text = summary.format_summary(s, "cpu", "no peak")
     assert "1, 3, 5, 7, 9 (checkpoint save)" in text and f"with them {with_saves:.1f} tokens/s/device" in text
@@ -88,18 +91,22 @@ def test_events_place_each_exclusion_in_the_step_window_it_fell_in():
         ("compile", 10.2, 10.9, None),  # 70% of step 11's
     )
     v = steady.judge(steps, {1: found})
-    assert v.left_out == {0: "attempt start", 5: "checkpoint save", 8: "profile window edge", 11: "compile"}
-    assert v.pairs == {1: 2, 6: 7, 9: 10}  # each refill counts with the steady step after it, which did its work
+    refills = dict.fromkeys([1, 2, 6, 7, 9, 10], "pipeline refill")  # the two steps after each
+    assert v.left_out == {0: "attempt start", 5: "checkpoint save", 8: "profile window edge", 11: "compile"} | refills
+    # The window between them, timed by the stamps: from the stamp before its first step to that of its last.
+    assert [(w.first, w.last, w.seconds, w.clock) for w in v.windows] == [(3, 4, 2.0, "events")]
     assert v.evidence == {1: "events"}
     # No fixed window: the same save a step later moves the exclusion with it.
     later = steady.judge(steps, {1: _events(stamps, ("save", 5.2, 5.9, 5))})
-    assert later.left_out == {0: "attempt start", 6: "checkpoint save"} and later.pairs == {1: 2, 7: 8}
+    assert later.left_out == {0: "attempt start", 6: "checkpoint save"} | dict.fromkeys([1, 2, 7, 8], "pipeline refill")
 
 
-def test_times_alone_leave_out_warm_up_and_outliers_both_ways():
+def test_times_alone_leave_out_warm_up_and_stalls_and_keep_short_steps_in_their_window():
     steps = [steady.Step(s, t, 1) for s, t in enumerate([0.1, 0.2, 9.0, 1.0, 1.1, 0.9, 1.0, 0.2, 1.0, 9.0, 1.0])]
     v = steady.judge(steps, {})
-    assert v.left_out == {0: "attempt start", 1: "pipeline refill", 2: "warm-up", 7: "outlier", 9: "outlier"}
+    assert v.left_out == {0: "attempt start", 1: "pipeline refill", 2: "pipeline refill", 9: "outlier"}
+    assert [(w.first, w.last, w.clock) for w in v.windows] == [(3, 8, "step times"), (10, 10, "step times")]
+    assert v.windows[0].seconds == pytest.approx(5.2)  # the short step 7 counts at the time it took
 
 
 def test_report_marks_failed_and_partial_runs(tmp_path):
@@ -118,10 +125,18 @@ def test_speed_up_only_between_comparable_runs():
     """Same model and tokens per step: a ratio of tokens/s. Otherwise the cell says why there is none (b2 and b4
     differ in batch; a model change; a run with too few steady steps)."""
     two, b2, b4 = rundata.load(RUNS / "twoproc"), rundata.load(RUNS / "b2"), rundata.load(RUNS / "b4")
-    # A run against itself: no speed-up, the ratio lies within its own spread (observe.reports.comparable).
-    assert "n/a (within the runs' own spread (±9%); ratio 1.00)" in rep.comparison_table([two, two], ["a", "b"])
+    # A run against itself: the same configuration, never a speed-up (observe.reports.comparable).
+    same = "n/a (same configuration: the two measured 0% apart, this host's noise; ratio 1.00)"
+    assert same in rep.comparison_table([two, two], ["a", "b"])
+    # Recorded before moekit measured host load: unknown, so never compared.
+    other_xla = dataclasses.replace(two, config=two.config | {"xla": {**two.config["xla"], "name": "other"}})
+    assert "host load unknown for the base run and this run" in rep.comparison_table([two, other_xla], ["a", "b"])
+    loaded = dataclasses.replace(two.manifest, host_load={"others_share": 0.1})
+    two = dataclasses.replace(two, manifest=loaded)
+    noisy = dataclasses.replace(other_xla, manifest=loaded)  # another XLA setting, the same host load
+    assert "n/a (within the runs' own spread (±9%); ratio 1.00)" in rep.comparison_table([two, noisy], ["a", "b"])
     faster = dataclasses.replace(
-        two, summary=two.summary | {"tokens_per_s_per_device": 2 * two.summary["tokens_per_s_per_device"]}
+        noisy, summary=two.summary | {"tokens_per_s_per_device": 2 * two.summary["tokens_per_s_per_device"]}
     )
     assert "| 2.00x |" in rep.comparison_table([two, faster], ["a", "b"]).splitlines()[-1]
     table = rep.comparison_table([b2, b4], ["b2", "b4"])
@@ -163,15 +178,17 @@ def test_a_resumed_run_is_judged_attempt_by_attempt_from_its_own_events():
     the steady figures come from both attempts' steady steps."""
     rows = [
         {"step": s, summary.STEP_TIME: 1.0, summary.TOKENS: 100.0, summary.ATTEMPT: 1 if s < 4 else 2}
-        for s in range(10)
+        for s in range(14)
     ]
     first = Events({s: float(s) for s in range(6)}, [("save", 3.1, 3.6, 3)])  # step 4 would pay it: re-run later
-    second = Events({s: 100.0 + s for s in range(4, 10)}, [("save", 106.2, 106.8, 6)])
-    s = summary.summarize(metrics.Metrics(rows), {}, 3, events={1: first, 2: second}, planned_steps=10)
+    second = Events({s: 100.0 + s for s in range(4, 14)}, [("save", 106.2, 106.8, 6)])
+    s = summary.summarize(metrics.Metrics(rows), {}, 3, events={1: first, 2: second}, planned_steps=14)
     reasons = {e["step"]: e["reason"] for e in s["excluded"]}
-    assert reasons == {0: "attempt start", 4: "attempt start", 7: "checkpoint save"}
-    assert s["paired"] == [[1, 2], [5, 6], [8, 9]]  # each refill counts with the step after it, which did its work
-    assert s["counted_steps"] == [1, 2, 3, 5, 6, 8, 9] and s["tokens_per_s_per_device"] == 100.0
+    assert reasons == {0: "attempt start", 4: "attempt start", 7: "checkpoint save"} | dict.fromkeys(
+        [1, 2, 5, 6, 8, 9], "pipeline refill"
+    )
+    assert s["counted_steps"] == [3, 10, 11, 12, 13] and s["tokens_per_s_per_device"] == 100.0
+    assert [w["steps"] for w in s["windows"]] == [[3, 3], [10, 13]]  # windows never cross attempts
     assert s["evidence"] == {"1": "events", "2": "events"} and s["attempts"] == 2 and s["missing_steps"] == []
 
 
@@ -190,7 +207,7 @@ def test_a_run_copied_without_its_attempts_folder_still_reports(tmp_path):
     assert s["evidence"] == {"1": "checkpoint.every (no event record)", "2": "events"}
     reasons = {e["step"]: e["reason"] for e in s["excluded"]}
     assert reasons[5] == "attempt start" and reasons[6] == "pipeline refill"
-    assert reasons[7] in ("warm-up", "outlier")  # no save in these events: its 10.7 s leave it out by time alone
+    assert reasons[7] == "pipeline refill" and s["counted_steps"] == [8, 9]  # the window after the refill
 
 
 def test_console_numbers_steps_as_the_records_do_and_measures_its_eta():

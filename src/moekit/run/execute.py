@@ -169,13 +169,18 @@ class _Run:
     phase: progress.Phases
 
 
-def _history(previous: records.Manifest | None) -> list[dict[str, Any]]:
-    """Earlier attempts' outcomes; an attempt whose moekit died before recording one is recorded as killed."""
+def _history(previous: records.Manifest | None, run: Path) -> list[dict[str, Any]]:
+    """Earlier attempts' outcomes; an attempt whose moekit died before recording one is recorded as killed, with
+    the wall time its own events span (a lower bound) and a host load nobody measured."""
     history = [*(previous.attempts if previous else [])]
     if previous and previous.status == records.RUNNING:  # the last attempt's moekit died before recording
+        number = previous.attempt or len(history) + 1
+        spans = [events.span(_lines(f)) for f in sorted((run / attempts.ATTEMPTS / str(number)).glob("events*.jsonl"))]
+        spans = [x for x in spans if x is not None]
+        wall = round(max(e for _, e in spans) - min(b for b, _ in spans), 2) if spans else None
         history.append(
             {
-                "attempt": previous.attempt or len(history) + 1,
+                "attempt": number,
                 "started": previous.started,
                 "resumed_from_checkpoint": previous.resumed_from_checkpoint,
                 "status": "failed",
@@ -183,23 +188,78 @@ def _history(previous: records.Manifest | None) -> list[dict[str, Any]]:
                     "class": failures.KILLED.name,
                     "evidence": "moekit ended without recording an outcome (SIGKILL, node loss or OOM kill)",
                 },
+                "wall_s": wall,
+                "wall_s_lower_bound": True,  # from its first event to its last: the kill came later
+                "host_load": host_load.unknown("moekit was killed before it recorded this attempt's host load"),
             }
         )
     return history
 
 
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+@dataclass
+class _Prepared:
+    """One attempt before its launch: its number, the checkpoint it resumes from, its processes, its records."""
+
+    attempt: int
+    resume_step: int | None
+    specs: list[launch.ProcessSpec]
+    manifest: records.Manifest
+    history: list[dict[str, Any]]
+    versions: dict[str, Any]
+    now: datetime
+
+
+@dataclass
+class _Launched:
+    """What the launch left: the processes' outcome, the stop request, and how busy the host was."""
+
+    outcome: launch.Outcome
+    notice: preemption.Notice
+    launched: bool = True
+    not_started: failures.Failure | None = None
+    host_load: dict[str, Any] | None = None
+
+
+@dataclass
+class _Verdict:
+    """How the attempt ended: its failure (None: ok), a preemption or a stop after the last step, and what could
+    not be recorded."""
+
+    failure: failures.Failure | None
+    stopped: preemption.Stop | None
+    late: dict[str, Any] | None
+    unrecorded: list[str]
+
+
 def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int:
-    """One launch of the run's processes, recorded before and after; returns moekit train's exit status."""
+    """One launch of the run's processes, in its phases: before launch (records written), launch, verdict (how it
+    ended), record (summary and manifest); returns moekit train's exit status."""
+    prep = _before_launch(ctx, previous, now)
+    done = _launch_attempt(ctx, prep)
+    verdict = _verdict(ctx, prep, done)
+    stats, summary_record = _record(ctx, prep, done, verdict)
+    return _tell(ctx, prep, done, verdict, stats, summary_record)
+
+
+def _before_launch(ctx: _Run, previous: records.Manifest | None, now: datetime) -> _Prepared:
+    """Set the previous attempt's files aside, check every path the processes write, write the records of this
+    attempt (config, job, versions, running manifest) and say what is launched."""
     cfg, run, names = ctx.cfg, ctx.run, view.secret_names(ctx.cfg)
     with rundir.records_before_launch(run):
         attempt = attempts.set_aside(run)
     resume_step = attempts.latest_checkpoint(ctx.root, cfg.run_name)
-    metrics_path = run / rundir.METRICS
     pids = [int(p.get(rz.PROCESS_ID, 0)) for p in ctx.procs]
-    for name in (rundir.METRICS, rundir.LOG, events.FILE, watchdog.STACKS):  # before anything is written: a link
-        for pid in pids:  # planted where a log or record goes would carry it out of the run directory
+    for name in (rundir.METRICS, rundir.LOG, events.FILE, watchdog.STACKS, events.STOP_FILE):  # before anything is
+        for pid in pids:  # written: a link planted where a log or record goes would carry it out of the run dir
             rundir.confined(run, run / jobmod.per_process(name, pid))
-    job = jobmod.build(cfg, str(ctx.root), str(metrics_path))  # one checkpoint set for all launchers, in the run dir
+    job = jobmod.build(cfg, str(ctx.root), str(run / rundir.METRICS))  # one checkpoint set for all launchers
     shown = view.describe(cfg, view.redacted_job(job, names), ctx.procs)
     inherited = {k: v for k, v in sorted(ctx.environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
     job_record = records.JobRecord(
@@ -208,7 +268,7 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         overrides=ctx.shown_overrides,
     )
     vers = versions()
-    history = _history(previous)
+    history = _history(previous, run)
     manifest = records.Manifest(
         status=records.RUNNING,
         experiment=cfg.experiment_name,
@@ -228,48 +288,52 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         f"moekit: {cfg.experiment_name} -> {run}{again}  ({len(ctx.procs)} process(es), {cfg.num_devices} device(s))",
         flush=True,
     )
+    return _Prepared(attempt, resume_step, _specs(ctx, job, names), manifest, history, vers, now)
 
-    specs = _specs(ctx, job, names)
-    not_started: failures.Failure | None = None
-    launched = not (resume_step is not None and resume_step >= cfg.train.steps - 1)
-    if not launched:
+
+def _launch_attempt(ctx: _Run, prep: _Prepared) -> _Launched:
+    """Run the processes to their end while the host's load is sampled; nothing when every step is saved."""
+    n, steps = len(prep.specs), ctx.cfg.train.steps
+    if prep.resume_step is not None and prep.resume_step >= steps - 1:
         # A stop that landed in the last step's save: every step is trained and saved, and MaxText would refuse to
         # train "up to" a step it has already passed. Finish the run from its records instead of launching.
-        print(f"moekit: the checkpoint of the last step ({resume_step}) is saved: nothing left to train", flush=True)
-        outcome = launch.Outcome([0] * len(specs), None, 0.0, ended_at=time.monotonic())
-        notice = preemption.Notice(saves=False)
-    else:
-        with host_load.Sampler().running() as load:
-            try:
-                outcome, notice = _launch(ctx, specs)
-            except launch.LaunchError as exc:  # recorded as the attempt's failure: the manifest never stays `running`
-                not_started = failures.NOT_STARTED.failure(1, str(exc))
-                outcome = launch.Outcome([1] * len(specs), None, 0.0, ended_at=time.monotonic())
-                notice = preemption.Notice(saves=False)
-        manifest.host_load = load.result
+        print(
+            f"moekit: the checkpoint of the last step ({prep.resume_step}) is saved: nothing left to train", flush=True
+        )
+        return _Launched(launch.Outcome([0] * n, None, 0.0, ended_at=time.monotonic()), preemption.Notice(False), False)
+    with host_load.Sampler().running() as load:
+        try:
+            outcome, notice = _launch(ctx, prep.specs)
+            not_started = None
+        except launch.LaunchError as exc:  # recorded as the attempt's failure: the manifest never stays `running`
+            not_started = failures.NOT_STARTED.failure(1, str(exc))
+            outcome = launch.Outcome([1] * n, None, 0.0, ended_at=time.monotonic())
+            notice = preemption.Notice(saves=False)
+    return _Launched(outcome, notice, True, not_started, load.result)
 
+
+def _verdict(ctx: _Run, prep: _Prepared, done: _Launched) -> _Verdict:
+    """Merge the attempt's records, then decide how it ended: preempted (or stopped after its last step), hung,
+    crashed, unfinished, or ok."""
+    cfg, run, outcome, specs = ctx.cfg, ctx.run, done.outcome, prep.specs
     unrecorded: list[str] = []  # what could not be written after the run (a full disk): said, never fatal
     # This attempt's own records, before they join the earlier ones: those of this launcher's first process (a
     # launcher of another node holds no process 0 and so no metrics.jsonl).
-    own = run / jobmod.per_process(rundir.METRICS, int(ctx.procs[0].get(rz.PROCESS_ID, 0)))
-    last = preemption.last_step(own)
+    last = preemption.last_step(run / jobmod.per_process(rundir.METRICS, int(ctx.procs[0].get(rz.PROCESS_ID, 0))))
     _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
     saved = attempts.latest_checkpoint(ctx.root, cfg.run_name)
     began = [
-        start
-        for kind, start, _, step in events.read(run / events.FILE).intervals
-        if kind == events.SAVE and step == saved
+        t for kind, t, _, step in events.read(run / events.FILE).intervals if kind == events.SAVE and step == saved
     ]
     with _log_lines(specs[0].log, outcome, 0) as lines:
-        stopped = preemption.stop(notice, outcome.ended_at, last, resume_step, saved, lines, max(began, default=None))
+        stopped = preemption.stop(
+            done.notice, outcome.ended_at, last, prep.resume_step, saved, lines, max(began, default=None)
+        )
     late = None  # a stop that came after every step had run: the run is finished, and says when the stop came
     if preemption.after_the_last_step(stopped, last, cfg.train.steps):
-        late = stopped.to_dict() | {"after_the_last_step": True}
-        stopped = None
-        print(
-            f"moekit: {late['signal'].removeprefix('moekit received ')} came after the last step: the run is finished",
-            flush=True,
-        )
+        late, stopped = stopped.to_dict() | {"after_the_last_step": True}, None
+        said = late["signal"].removeprefix("moekit received ")
+        print(f"moekit: {said} came after the last step: the run is finished", flush=True)
     # A worker ended by the stop that came after its last step did not crash.
     by_stop = (
         late is not None
@@ -282,36 +346,46 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         with _log_lines(specs[rank].log, outcome, rank) as lines:  # the whole log: a full disk may be far up
             return failures.classify(outcome.returncodes[rank], lines)
 
-    failure = not_started or failures.attempt(
-        stopped.failure(128 + (notice.signum or signal.SIGTERM)) if stopped is not None else None,
+    failure = done.not_started or failures.attempt(
+        stopped.failure(128 + (done.notice.signum or signal.SIGTERM)) if stopped is not None else None,
         watchdog.failure(outcome.hang, outcome.stacks, 128 + signal.SIGKILL) if outcome.hang is not None else None,
         (lambda: crashed(outcome.failed_rank)) if outcome.failed_rank is not None and not by_stop else None,
     )
-    if failure is None and launched and not cfg.fabric.only:  # all exited 0: did they train every step given?
+    if failure is None and done.launched and not cfg.fabric.only:  # all exited 0: did they train every step given?
         with _log_lines(specs[0].log, outcome, 0) as lines:
             failure = failures.unfinished(lines, last, cfg.train.steps, int(ctx.procs[0].get(rz.PROCESS_ID, 0)) == 0)
+    return _Verdict(failure, stopped, late, unrecorded)
 
+
+def _record(ctx: _Run, prep: _Prepared, done: _Launched, verdict: _Verdict) -> tuple[dict[str, Any], records.Summary]:
+    """Summarize the merged metrics and write summary.json and the finished manifest: one wall time over every
+    attempt (a killed one's from its events, a lower bound) and one host load, in both."""
+    cfg, run, manifest = ctx.cfg, ctx.run, prep.manifest
     stats: dict[str, Any] = {}
-    if metrics_path.is_file():
-        peaks = cfg.hardware.peak_tflops.model_dump()
-        starts = summary.attempt_starts([*history, {"resumed_from_checkpoint": resume_step}])
-        stats = (
-            _survive(
-                unrecorded,
-                "the metrics summary",
-                lambda: summary.summarize(
-                    metrics.read(metrics_path),
-                    peaks,
-                    cfg.checkpoint.every,
-                    starts,
-                    events.per_attempt(run, attempts.ATTEMPTS),
-                    cfg.train.steps,
-                ),
-            )
-            or {}
+    if (run / rundir.METRICS).is_file():
+        starts = summary.attempt_starts([*prep.history, {"resumed_from_checkpoint": prep.resume_step}])
+        read = functools.partial(metrics.read, run / rundir.METRICS)
+        stats = _survive(
+            verdict.unrecorded,
+            "the metrics summary",
+            lambda: summary.summarize(
+                read(),
+                cfg.hardware.peak_tflops.model_dump(),
+                cfg.checkpoint.every,
+                starts,
+                events.per_attempt(run, attempts.ATTEMPTS),
+                cfg.train.steps,
+            ),
         )
-    manifest.wall_s = round(outcome.wall_s, 2)
-    walls = [*(a.get("wall_s") for a in history), manifest.wall_s]  # each attempt's; None: it recorded none
+    own = {"wall_s": round(done.outcome.wall_s, 2), "host_load": done.host_load}
+    walls = [*(a.get("wall_s") for a in prep.history), own["wall_s"]]  # each attempt's; None: it recorded none
+    wall = {
+        "wall_s": round(sum(w for w in walls if w is not None), 2),
+        "lower_bound": any(a.get("wall_s_lower_bound") or a.get("wall_s") is None for a in prep.history),
+    }
+    manifest.host_load = host_load.over_attempts(
+        [*((a.get("host_load"), a.get("wall_s")) for a in prep.history), (done.host_load, own["wall_s"])]
+    )
     record = records.Summary(
         experiment=cfg.experiment_name,
         run_dir=str(run),
@@ -319,67 +393,71 @@ def _attempt(ctx: _Run, previous: records.Manifest | None, now: datetime) -> int
         devices=cfg.num_devices,
         provenance={
             "kind": "measured",
-            "date": now.date().isoformat(),
+            "date": prep.now.date().isoformat(),
             "hardware": cfg.hardware.name,
-            "host": vers.get("host"),
-            "versions": vers,
+            "host": prep.versions.get("host"),
+            "versions": prep.versions,
         },
         peak_tflops=cfg.hardware.peak_tflops.model_dump(),
         peak_source=cfg.hardware.peak_source,
-        wall_s=round(sum(w for w in walls if w is not None), 2),
+        wall_s=wall["wall_s"],
+        wall_s_lower_bound=wall["lower_bound"],
         wall_s_attempts=walls,
-        stats=stats,
+        stats=stats or {},
     )
-    _survive(unrecorded, rundir.SUMMARY, records.write_summary, run, record)
-    _record_outcome(manifest, outcome, failure, unrecorded, stopped, late)
-    _survive(unrecorded, rundir.MANIFEST, records.write_manifest, run, manifest)
-    for problem in [e for e in outcome.log_errors if e] + unrecorded:
+    _survive(verdict.unrecorded, rundir.SUMMARY, records.write_summary, run, record)
+    _record_outcome(manifest, done.outcome, verdict, wall, own)
+    _survive(verdict.unrecorded, rundir.MANIFEST, records.write_manifest, run, manifest)
+    return stats or {}, record
+
+
+def _tell(
+    ctx: _Run, prep: _Prepared, done: _Launched, verdict: _Verdict, stats: dict[str, Any], record: records.Summary
+) -> int:
+    """Print the attempt's summary (and profile), then its outcome; return moekit train's exit status."""
+    cfg, run, outcome, failure = ctx.cfg, ctx.run, done.outcome, verdict.failure
+    for problem in [e for e in outcome.log_errors if e] + verdict.unrecorded:
         print(f"moekit: warning: {problem}", file=sys.stderr)
     if stats.get("steps"):
         print(summary.format_summary(stats, cfg.hardware.name, cfg.hardware.peak_source))
     if cfg.profile.enabled:
-        first = cfg.profile.skip_steps + (0 if resume_step is None else resume_step + 1)  # MaxText's start step
-        print(
-            profile.report_run(
-                run, first, cfg.profile.steps, record.provenance, stats.get("counted_steps"), stats.get("paired", ())
-            )
-        )
+        first = cfg.profile.skip_steps + (0 if prep.resume_step is None else prep.resume_step + 1)  # MaxText's start
+        print(profile.report_run(run, first, cfg.profile.steps, record.provenance, stats.get("counted_steps")))
     if failure is None:
         print(f"moekit: run directory {run}")
         return 0
-    if stopped is not None:
+    if verdict.stopped is not None:
         resume = f"the same command with run.dir={ctx.root}"
         print(f"moekit: preempted: {failure.evidence}. Resume: {resume}", file=sys.stderr)
         return failure.returncode
-    _report_failure(failure, outcome, specs, ctx.root)
+    _report_failure(failure, outcome, prep.specs, ctx.root)
     return 1
 
 
 def _record_outcome(
-    manifest: records.Manifest,
-    outcome: launch.Outcome,
-    failure: failures.Failure | None,
-    unrecorded: list[str],
-    stopped: preemption.Stop | None = None,
-    late: dict[str, Any] | None = None,
+    manifest: records.Manifest, outcome: launch.Outcome, verdict: _Verdict, wall: dict[str, Any], own: dict[str, Any]
 ) -> None:
-    """Turn the running manifest into the finished one: status, exit codes, failure, and this attempt's entry
-    (`late`: the record of a stop that came after the last step, kept on a finished run)."""
+    """Turn the running manifest into the finished one: status, exit codes, failure, the run's wall time (every
+    attempt's) and this attempt's entry with its own wall time and host load (`verdict.late`: the record of a stop
+    that came after the last step, kept on a finished run)."""
+    failure, stopped = verdict.failure, verdict.stopped
     manifest.status = records.OK if failure is None else records.PREEMPTED if stopped else records.FAILED
     manifest.ended = datetime.now(UTC).isoformat()
     manifest.returncodes = outcome.returncodes
     manifest.failed_rank = outcome.failed_rank
     manifest.failure = failure.to_dict() if failure else None
-    manifest.preemption = stopped.to_dict() if stopped is not None else late
-    if any(outcome.log_errors) or unrecorded:
-        manifest.incomplete = [e for e in outcome.log_errors if e] + unrecorded
+    manifest.preemption = stopped.to_dict() if stopped is not None else verdict.late
+    manifest.wall_s, manifest.wall_s_lower_bound = wall["wall_s"], wall["lower_bound"]
+    if any(outcome.log_errors) or verdict.unrecorded:
+        manifest.incomplete = [e for e in outcome.log_errors if e] + verdict.unrecorded
     kept = (*records.Manifest._OUTCOME, "preemption", "incomplete")
-    status = {k: v for k, v in manifest.to_dict().items() if k in kept}
+    status = {k: v for k, v in manifest.to_dict().items() if k in kept and k != "wall_s_lower_bound"}
     this = {
         "attempt": manifest.attempt,
         "started": manifest.started,
         "resumed_from_checkpoint": manifest.resumed_from_checkpoint,
         **status,
+        **own,
     }
     manifest.attempts = [*manifest.attempts, this]
 
@@ -395,6 +473,7 @@ def _specs(ctx: _Run, job: jobmod.Job, names: list[str]) -> list[launch.ProcessS
         env = ctx.environ | job.env_dict | penv | secret_env | {worker.LAUNCHER_PID: str(os.getpid())}
         env |= {worker.STACKS: str(ctx.run / jobmod.per_process(watchdog.STACKS, pid))}
         env |= {events.ENV: str(ctx.run / jobmod.per_process(events.FILE, pid))}
+        env |= {events.STOP_ENV: str(ctx.run / events.STOP_FILE)}
         env |= {worker.PREEMPTIBLE: "1"} if ctx.cfg.checkpoint.every else {}
         specs.append(launch.ProcessSpec(argv, env, log))
     return specs
@@ -442,7 +521,10 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
         phase(f"launching {len(specs)} process(es): MaxText starts, then compiles; the first step follows")
     scrub = ctx.scrub
     stacks = [ctx.run / jobmod.per_process(watchdog.STACKS, int(p.get(rz.PROCESS_ID, 0))) for p in ctx.procs]
-    with preemption.Notice(saves=cfg.checkpoint.every > 0) as notice:
+    flag = None
+    if cfg.checkpoint.every > 0 and cfg.num_processes == len(ctx.procs):  # this launcher holds every process
+        flag = functools.partial(_write_stop_flag, ctx)
+    with preemption.Notice(saves=cfg.checkpoint.every > 0, on_stop=flag) as notice:
         outcome = launch.run(
             specs,
             on_line,
@@ -456,6 +538,18 @@ def _launch(ctx: _Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome,
     if tty:
         print()
     return outcome, notice
+
+
+def _write_stop_flag(ctx: _Run, signum: int) -> None:
+    """moekit's stop flag (events.STOP_FILE): the step every worker stops at, after the last one they stamped."""
+    stamped = [
+        max(events.read(ctx.run / jobmod.per_process(events.FILE, int(p.get(rz.PROCESS_ID, 0)))).step_end, default=-1)
+        for p in ctx.procs
+    ]
+    last = max(stamped, default=-1)
+    step = preemption.stop_step(None if last < 0 else last, len(ctx.procs))
+    record = {"step": step, "last_stamped": None if last < 0 else last, "signal": signal.Signals(signum).name}
+    rundir.write_json(ctx.run / events.STOP_FILE, record | {"t": time.time()})
 
 
 def _report_failure(failure: failures.Failure, outcome: launch.Outcome, specs: list, run: Path) -> None:

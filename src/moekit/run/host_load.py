@@ -1,10 +1,13 @@
-"""How busy the host was over a run, and with what besides the run (effect: reads /proc; one sampling thread).
+"""How busy the host was over a run, and how much of it was not the run (effect: reads /proc; one sampling thread).
 
 Every INTERVAL_S (and once at the start and once at the end) a sample reads /proc/loadavg, /proc/stat (the
-host's CPU time) and /proc/<pid>/stat of every process (its CPU time, name and parent). The record compares the
-first and last sample: the host's busy share of all its CPUs, the share other processes took (every process
-outside this moekit's own tree), the top other consumers, and the 1-minute load average's range. Reading a few
-hundred small files every few seconds costs milliseconds. A host without /proc (not Linux) records nothing.
+host's busy and total CPU time, as the kernel counts it) and /proc/<pid>/stat of every process (name, parent,
+and CPU time with that of its exited children: utime + stime + cutime + cstime). Over each interval between two
+samples, the others' share is the host's busy time minus the run's own: the CPU time of moekit's process tree,
+whose waited-for children that exited stay counted in their parent's cutime/cstime. So a neighbour that comes
+and goes between two samples (a compile, a pip install, another training) counts, and a worker of the run that
+exits is never "other". The processes that took the most are named as a hint (those seen alive at two samples).
+A host without /proc (not Linux) records nothing. docs/metrics.md, "Comparing runs", states how reports use it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import os
 import statistics
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,17 +24,33 @@ from typing import Any
 INTERVAL_S = 5.0
 TOP = 5  # other processes named in the record, the busiest first
 PROC = Path("/proc")
+UNKNOWN = "unknown"  # the record of an attempt whose moekit was killed: its host load was never measured
 
 
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One look at the host: load average, the host's CPU ticks (busy, all), and each process's (name, parent,
-    CPU ticks)."""
+    CPU ticks with those of its exited children)."""
 
     load1: float
     busy: int
     total: int
     procs: dict[int, tuple[str, int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """What happened between two samples, in CPU ticks: all, busy, the run's own, and each other process's."""
+
+    total: int
+    busy: int
+    own: int
+    others: dict[int, tuple[str, int]]
+
+    @property
+    def others_ticks(self) -> int:
+        """The host's busy time that was not the run's (never below zero, never above the host's)."""
+        return min(max(self.busy - self.own, 0), self.total)
 
 
 def sample(proc: Path = PROC) -> Sample | None:
@@ -49,10 +68,11 @@ def sample(proc: Path = PROC) -> Sample | None:
             continue
         try:
             text = (entry / "stat").read_text()
-        except OSError:  # gone between the listing and the read
+            name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+            ticks = sum(int(x) for x in rest[11:15])  # utime stime cutime cstime
+            procs[int(entry.name)] = (name, int(rest[1]), ticks)
+        except (OSError, ValueError, IndexError):  # gone between the listing and the read
             continue
-        name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-        procs[int(entry.name)] = (name, int(rest[1]), int(rest[11]) + int(rest[12]))  # ppid, utime + stime
     return Sample(load1, total - idle, total, procs)
 
 
@@ -70,34 +90,89 @@ def own_tree(procs: dict[int, tuple[str, int, int]], root: int) -> set[int]:
     return out
 
 
+def interval(before: Sample, after: Sample, root: int) -> Interval:
+    """The interval between two samples (pure). The run's own time is its tree's CPU time (exited children
+    included through their parents) at `after` less at `before`; a process born in between counts from 0."""
+    mine_before, mine_after = own_tree(before.procs, root), own_tree(after.procs, root)
+    own = sum(after.procs[p][2] for p in mine_after) - sum(before.procs[p][2] for p in mine_before)
+    others = {}
+    for pid, (name, _, t) in after.procs.items():
+        if pid in mine_after:
+            continue
+        was = before.procs.get(pid)
+        start = was[2] if was and was[0] == name else 0
+        if t > start:
+            others[pid] = (name, t - start)
+    return Interval(after.total - before.total, after.busy - before.busy, max(own, 0), others)
+
+
 def record(
-    first: Sample, last: Sample, loads: list[float], own: set[int], cpus: int, interval_s: float = INTERVAL_S
+    intervals: Sequence[Interval], loads: list[float], cpus: int, interval_s: float = INTERVAL_S
 ) -> dict[str, Any] | None:
-    """What two samples say (pure): busy and others' shares of the host's CPU time between them (`own`: the pids of
-    the run's own tree seen at any sample), the busiest other processes, the load average's range over every
-    sample (`loads`). None when no CPU time passed between them."""
-    ticks = last.total - first.total
+    """What the intervals say (pure): the host's busy share, the share others took (per interval, summed), its
+    range over the intervals, the busiest other processes, the load average's range over every sample (`loads`).
+    None when no CPU time passed."""
+    ticks = sum(i.total for i in intervals)
     if ticks <= 0:
         return None
+    shares = [i.others_ticks / i.total for i in intervals if i.total > 0]
     used: dict[int, tuple[str, int]] = {}
-    for pid, (name, _, t) in last.procs.items():
-        before = first.procs.get(pid)
-        start = before[2] if before and before[0] == name else 0  # a process born during the run counts from 0
-        used[pid] = (name, max(t - start, 0))
-    others = {pid: u for pid, u in used.items() if pid not in own}
-    other_ticks = sum(t for _, t in others.values())
-    top = sorted(others.items(), key=lambda kv: -kv[1][1])[:TOP]
+    for i in intervals:
+        for pid, (name, t) in i.others.items():
+            used[pid] = (name, used.get(pid, (name, 0))[1] + t)
+    top = sorted(used.items(), key=lambda kv: -kv[1][1])[:TOP]
     return {
         "samples": len(loads),
         "interval_s": interval_s,
         "cpus": cpus,
-        "busy_share": round((last.busy - first.busy) / ticks, 3),
-        "others_share": round(min(other_ticks / ticks, 1.0), 3),
+        "seconds": round(ticks / cpus / _ticks_per_s(), 1),
+        "busy_share": round(sum(i.busy for i in intervals) / ticks, 3),
+        "own_share": round(min(sum(i.own for i in intervals) / ticks, 1.0), 3),
+        "others_share": round(sum(i.others_ticks for i in intervals) / ticks, 3),
+        "others_share_range": [round(min(shares), 3), round(max(shares), 3)],
         "load1": {"min": min(loads), "median": statistics.median(loads), "max": max(loads)},
         "others": [
             {"pid": pid, "name": name, "cpu_share": round(t / ticks, 3)} for pid, (name, t) in top if t / ticks >= 0.01
         ],
     }
+
+
+def unknown(why: str) -> dict[str, Any]:
+    """The record of an attempt nobody measured (its moekit was killed): a share no comparison may use."""
+    return {"others_share": None, UNKNOWN: why}
+
+
+def over_attempts(attempts: Sequence[tuple[dict[str, Any] | None, float | None]]) -> dict[str, Any] | None:
+    """The run's host load from its attempts' (record, wall seconds) (pure): the others', own and busy shares
+    weighted by each attempt's wall time; unknown (others_share None, with why) when any attempt that ran has no
+    known share. An attempt that launched nothing (wall time 0) adds nothing."""
+    ran = [(n, r, w) for n, (r, w) in enumerate(attempts, 1) if w != 0.0]
+    if len(ran) == 1:
+        return ran[0][1]
+    missing = [n for n, r, _ in ran if not r or r.get("others_share") is None]
+    if missing or not ran:
+        which = ", ".join(map(str, missing))
+        return unknown(f"attempt(s) {which} recorded no host load (killed, or made before moekit measured it)")
+    weights = [float(w or r.get("seconds") or 0.0) for _, r, w in ran]
+    if sum(weights) <= 0:
+        return unknown("the attempts recorded no wall time")
+
+    def mean(key: str) -> float | None:
+        values = [r.get(key) for _, r, _ in ran]
+        if any(v is None for v in values):
+            return None
+        return round(sum(w * float(v) for w, v in zip(weights, values, strict=True)) / sum(weights), 3)
+
+    return {"attempts": len(ran), "seconds": round(sum(weights), 1)} | {
+        k: mean(k) for k in ("busy_share", "own_share", "others_share")
+    }
+
+
+def _ticks_per_s() -> int:
+    try:
+        return os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError, AttributeError):
+        return 100
 
 
 @dataclass
@@ -108,19 +183,18 @@ class Sampler:
     proc: Path = PROC
     root: int = field(default_factory=os.getpid)
     result: dict[str, Any] | None = None
-    first: Sample | None = None
     last: Sample | None = None
+    intervals: list[Interval] = field(default_factory=list)
     loads: list[float] = field(default_factory=list)
-    own: set[int] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def _take(self) -> None:
-        """One sample: kept as the first or the latest, its load and the run's own pids (nothing else is kept)."""
+        """One sample: the interval since the one before, and its load (only the latest sample is kept)."""
         if (s := sample(self.proc)) is not None:
-            self.first = self.first or s
+            if self.last is not None:
+                self.intervals.append(interval(self.last, s, self.root))
             self.last = s
             self.loads.append(s.load1)
-            self.own |= own_tree(s.procs, self.root)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -138,5 +212,5 @@ class Sampler:
             self._stop.set()
             thread.join(timeout=self.interval_s + 1)
             self._take()
-            if self.first is not None and self.last is not None and self.last is not self.first:
-                self.result = record(self.first, self.last, self.loads, self.own, os.cpu_count() or 1, self.interval_s)
+            if self.intervals:
+                self.result = record(self.intervals, self.loads, os.cpu_count() or 1, self.interval_s)

@@ -2,10 +2,16 @@
 SIGHUP (a closed terminal or SSH session) or Ctrl-C asks the run to stop at a step boundary with a checkpoint,
 so a relaunch loses at most one step.
 
-moekit passes the signal on (as SIGTERM) to every worker's process group. With checkpoints on, each worker
-runs under jax.distributed with JAX's preemption service (moekit.worker), which turns the notice into a sync
-step that every process agrees on; MaxText (enable_autocheckpoint=true) saves there and stops with
-"Training stopped: Job received termination signal", exit status 0. moekit then records the attempt as
+With checkpoints on, moekit decides the step itself: at the signal it reads the step-end stamps its workers have
+written so far (events.jsonl) and writes its stop flag (stop.json: stop_step() of the last one), which every
+worker reads at its next step boundary (worker/step_events.py); MaxText (enable_autocheckpoint=true) saves that
+step and stops with "Training stopped: Job received termination signal", exit status 0. So the save lands at
+most one step after the last step stamped before the signal, however busy the host (JAX's preemption sync
+point, which decided alone before, once took 20 s under load and came after the last step). moekit also passes
+the signal on (as SIGTERM) to every worker's process group: JAX's preemption service (moekit.worker joins
+jax.distributed for it) stays the fallback, and the only rule where this launcher does not hold every process
+of the job (several nodes: their launchers are signalled at different times, and only JAX's sync point makes
+them agree). moekit then records the attempt as
 `preempted` (never ok: the steps are not all done) and exits 128 + the signal, so a scheduler sees that the job
 did not finish. Without checkpoints the workers end at once and the next attempt starts again from step 0.
 
@@ -18,7 +24,7 @@ import json
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +40,11 @@ STOPPED = "Training stopped: Job received termination signal"
 class Notice:
     """The stop request moekit received: set from a signal handler, read by the supervising loop."""
 
-    def __init__(self, saves: bool = True) -> None:
+    def __init__(self, saves: bool = True, on_stop: Callable[[int], None] | None = None) -> None:
         self.saves = saves
         """Whether the run checkpoints (what the workers do with the signal)."""
+        self.on_stop = on_stop
+        """Called with the signal at the first one (before anything else): moekit's stop flag for the workers."""
         self.signum: int | None = None
         self.at: float | None = None
         """time.monotonic() of the first signal."""
@@ -49,6 +57,11 @@ class Notice:
     def _handle(self, signum: int, _frame: object) -> None:
         if self.signum is None:
             self.signum, self.at, self.wall = signum, time.monotonic(), time.time()
+            if self.on_stop is not None:
+                try:
+                    self.on_stop(signum)
+                except OSError:  # no flag (a full disk): the workers stop at JAX's sync point instead
+                    pass
             what = "save a checkpoint at the next step and stop" if self.saves else "stop (no checkpoints to save)"
             again = " (Ctrl-C again to stop them now)" if signum == signal.SIGINT and self.saves else ""
             try:  # after SIGHUP the terminal may be gone: the stop must not fail on its message
@@ -175,6 +188,13 @@ def after_the_last_step(stop: Stop | None, last_step: int | None, planned_steps:
     """Whether a stop came when every step had already run and been recorded: the run is finished, not preempted
     (nothing is left for a relaunch to train)."""
     return stop is not None and last_step is not None and last_step >= planned_steps - 1
+
+
+def stop_step(last_stamped: int | None, processes: int) -> int:
+    """The step moekit's flag stops the workers at (pure): the one after the last stamped step. With several
+    processes one more: a process may have stamped the next step between moekit's read of the stamps and its
+    write of the flag, and every process must stop at the same step (their saves are collectives)."""
+    return (-1 if last_stamped is None else last_stamped) + (1 if processes == 1 else 2)
 
 
 def last_step(metrics: Path) -> int | None:

@@ -24,7 +24,7 @@ from moekit.rundir import records
 ATTEMPTS = "attempts"
 LOCK = ".moekit.lock"
 # Top-level outputs of one attempt (per process: metrics.1.jsonl, maxtext.1.log, ...).
-ATTEMPT_FILES = ("metrics*.jsonl", "events*.jsonl", "maxtext*.log", "stacks*.txt")
+ATTEMPT_FILES = ("metrics*.jsonl", "events*.jsonl", "maxtext*.log", "stacks*.txt", "stop.json")
 # Keys that may differ between attempts of one run.
 # A moved run directory resumes too; the coordinator port may be held by something else when the run is relaunched.
 MAY_DIFFER = ("run.base_dir", "run.dir", "cluster.coordinator_port")

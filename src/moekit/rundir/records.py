@@ -69,13 +69,18 @@ class Manifest:
     incomplete: list[str] | None = None
     """What could not be recorded or logged (a full disk)."""
     wall_s: float | None = None
-    """This attempt's wall time, launch to end (each attempt's entry keeps its own)."""
+    """The run's wall time: every attempt's, launch to end, summed (each attempt's entry keeps its own); the same
+    value as summary.json's."""
+    wall_s_lower_bound: bool = False
+    """Whether wall_s is a lower bound: an attempt was killed (its time runs from its first event to its last) or
+    recorded none."""
     host_load: dict[str, Any] | None = None
-    """run/host_load.py's record of how busy the host was over this attempt, and with what besides the run."""
+    """run/host_load.py's record of how busy the host was over the run (over_attempts: unknown when a killed
+    attempt left none), and with what besides the run; each attempt's entry keeps its own."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     _BASE = ("experiment", "started", "overrides", "attempt", "resumed_from_checkpoint", "attempts")
-    _OUTCOME = ("status", "ended", "returncodes", "failed_rank", "failure", "wall_s", "host_load")
+    _OUTCOME = ("status", "ended", "returncodes", "failed_rank", "failure", "wall_s", "wall_s_lower_bound", "host_load")
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form, keys in the order moekit has always written them."""
@@ -150,7 +155,9 @@ class Summary:
     peak_tflops: dict[str, Any] = field(default_factory=dict)
     peak_source: str | None = None
     wall_s: float | None = None
-    """The run's wall time: every attempt's, summed (an attempt that recorded none adds nothing)."""
+    """The run's wall time: every attempt's, summed (an attempt that recorded none adds nothing); the manifest's."""
+    wall_s_lower_bound: bool = False
+    """Whether wall_s is a lower bound (a killed attempt counts from its first event to its last)."""
     wall_s_attempts: list[float | None] = field(default_factory=list)
     """Each attempt's wall time, first to last; None for an attempt that recorded none (killed)."""
     stats: dict[str, Any] = field(default_factory=dict)
@@ -165,6 +172,7 @@ class Summary:
         "peak_tflops",
         "peak_source",
         "wall_s",
+        "wall_s_lower_bound",
         "wall_s_attempts",
     )
 

@@ -7,6 +7,7 @@ length): a different batch legitimately changes the loss curve.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -67,7 +68,8 @@ def versus(cfg: Config, reference: dict[str, Any], result: dict[str, Any]) -> co
     def measured(r: dict[str, Any]) -> comparable.Measured:
         return comparable.Measured(r.get("tokens_per_s_per_device"), r.get("spread"), r.get("others_share"))
 
-    return comparable.compare(setup(cfg), measured(reference), setup(cfg), measured(result))
+    shared = dataclasses.replace(setup(cfg), configuration=None)  # the candidate's own: its configuration differs
+    return comparable.compare(shared, measured(reference), shared, measured(result))
 
 
 def fastest(results: Iterable[dict[str, Any]]) -> dict[str, Any] | None:

@@ -12,6 +12,14 @@ is held back here until step s's metrics are queued, so MaxText's own flush on t
 Likewise MaxText writes a step's record only once the next step is dispatched, while the checkpoint of a saved
 step commits in the background: a kill between the two would leave a checkpointed step without a record. So a
 saved step's record is written as soon as it is queued (the save has already waited for the step's results).
+
+moekit's own stop flag: when the launcher is asked to stop it writes the step to stop at (MOEKIT_STOP names the
+file; run/preemption.py decides the step). At each step boundary, right after MaxText stamped the step, the
+worker looks for that file (one stat); from the step named on, MaxText's own preemption check
+(checkpointing.reached_preemption, which decides whether to save and then raises StopTraining) answers yes, so
+MaxText saves that step and stops as it does for JAX's preemption notice. The answer is taken once per step, so
+the save and the stop of one step never disagree. JAX's sync point still answers where the flag is silent (a
+worker signalled by a scheduler directly, a launch spread over several launchers).
 """
 
 from __future__ import annotations
@@ -28,6 +36,11 @@ _lock = threading.Lock()
 _file = None
 _pending_stop: BaseException | None = None
 _saved_step: int | None = None  # the last step whose maybe_save_checkpoint call saved
+_stop_file: str | None = None  # moekit's stop flag (MOEKIT_STOP), looked for at every step boundary
+_stop_at: int | None = None  # the step the flag names, once it is there
+_stopping: int | None = None  # the step this worker stops at: MaxText's preemption check answers yes from it on
+STOP_READ_BYTES = 4096  # the flag is one small JSON object; nothing larger is read
+FORCE_ARG = 5  # MaxText 0.2.5's save_checkpoint(checkpoint_manager, step, state, config, data_iterator, force)
 
 
 def _emit(record: dict[str, Any]) -> None:
@@ -45,10 +58,11 @@ def _emit(record: dict[str, Any]) -> None:
 def install(environ: dict[str, str]) -> None:
     """Open the events file the launcher named (MOEKIT_EVENTS) and wrap MaxText's save, restore, metrics and
     profiler calls and JAX's compilations; nothing when no file is named (a worker started by hand)."""
-    global _file
+    global _file, _stop_file
     path = environ.get(ev.ENV)
     if not path:
         return
+    _stop_file = environ.get(ev.STOP_ENV) or None
     _file = open(path, "a", encoding="utf8")  # noqa: SIM115 (open for the life of the process)
     _emit({"event": ev.START, "t": time.time(), "pid": os.getpid()})
     _watch_compilations()
@@ -101,13 +115,21 @@ def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) 
 
     def save_checkpoint(*args: Any, **kwargs: Any) -> Any:
         saving.did = True
-        _emit({"event": ev.SAVE_BEGIN, "step": getattr(saving, "step", None), "t": time.time()})  # for the watchdog
+        step = getattr(saving, "step", None)
+        _emit({"event": ev.SAVE_BEGIN, "step": step, "t": time.time()})  # for the watchdog
+        if _stopping is not None and step is not None and step >= _stopping:
+            # moekit's flag stops here, not JAX's sync point, which Orbax's manager asks too: it would decline
+            if len(args) > FORCE_ARG:
+                args = (*args[:FORCE_ARG], True, *args[FORCE_ARG + 1 :])
+            else:
+                kwargs["force"] = True
         return save(*args, **kwargs)
 
     def maybe_save_checkpoint(manager, state, config, data_iterator, step=None):
         global _pending_stop, _saved_step
         if step is not None:  # called right after MaxText stamped `step` done, on every step
             _emit({"event": ev.STEP_END, "step": int(step), "t": time.time()})
+            _stop_here(int(step))
         saving.did, saving.step = False, None if step is None else int(step)
         began = time.time()
         try:
@@ -135,6 +157,33 @@ def _wrap_checkpointing(checkpointing: Any, stop_training: type[BaseException]) 
     checkpointing.save_checkpoint = save_checkpoint
     checkpointing.maybe_save_checkpoint = maybe_save_checkpoint
     checkpointing.load_state_if_possible = load_state_if_possible
+    reached = getattr(checkpointing, "reached_preemption", None)
+    if reached is None:  # a MaxText without that check: JAX's sync point alone decides
+        return
+
+    def reached_preemption(manager: Any, step: int) -> bool:
+        if _stopping is not None and int(step) >= _stopping:
+            return True  # moekit's flag: MaxText saves this step and stops
+        return reached(manager, step)  # JAX's preemption sync point
+
+    checkpointing.reached_preemption = reached_preemption
+
+
+def _stop_here(step: int) -> None:
+    """At the boundary after `step`: whether moekit's flag asks to stop here (decided once, before MaxText asks)."""
+    global _stop_at, _stopping
+    if _stopping is not None or _stop_file is None:
+        return
+    if _stop_at is None:
+        try:
+            with open(_stop_file, "rb") as fh:
+                _stop_at = int(json.loads(fh.read(STOP_READ_BYTES))["step"])
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError):  # half written: read again at the next boundary
+            return
+    if step >= _stop_at:
+        _stopping = step
 
 
 FLUSH = "_flush_one_buffered_entry"  # MaxText 0.2.5's MetricLogger: write one queued entry

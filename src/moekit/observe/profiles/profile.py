@@ -258,22 +258,19 @@ def maxtext_step_times(
     first_step: int,
     expected: int,
     counted: Sequence[int] | None = None,
-    paired: Sequence[Sequence[int]] = (),
 ) -> dict[str, Any]:
     """MaxText's step times (host clock) inside and outside the traced window: the profiling overhead's evidence.
 
     Untraced steps are the steady ones (`counted`: the run summary's, judged by its events; without them the step
     times alone, observe/runs/steady.py) that neither start the trace (the first traced step's time includes starting
-    it) nor follow it (the step after the window includes writing the trace). A pair (`paired`: a refill and the
-    step that did its work) holds two steps' work in uneven times: neither member is compared alone.
+    it) nor follow it (the step after the window includes writing the trace).
     """
     times = metric_step_times(rows)
     steps = sorted(times)
     if counted is None:
         judged = steady.judge([steady.Step(s, times[s], 1) for s in steps], {})
         counted = judged.steady([steady.Step(s, times[s], 1) for s in steps])
-        paired = list(judged.pairs.items())
-    kept = set(counted) - {s for pair in paired for s in pair}
+    kept = set(counted)
     traced = [s for s in steps if first_step < s < first_step + expected]
     untraced = [s for s in steps if s in kept and (s < first_step or s > first_step + expected)]
     return {
@@ -320,7 +317,6 @@ def write(
     expected: int,
     provenance: dict,
     counted: Sequence[int] | None = None,
-    paired: Sequence[Sequence[int]] = (),
 ) -> dict[str, Any]:
     """Analyze the run's traces and write profile.json (with the run's provenance); returns what it wrote.
     `counted`: the steady steps of the run's summary."""
@@ -328,7 +324,7 @@ def write(
     profile = {
         "provenance": provenance,
         **analyze(run, first_step, expected, metric_step_times(rows)),
-        "maxtext_step_time": maxtext_step_times(rows, first_step, expected, counted, paired),
+        "maxtext_step_time": maxtext_step_times(rows, first_step, expected, counted),
     }
     rundir.write_json(run / rundir.PROFILE, profile)
     return profile
@@ -340,10 +336,9 @@ def report_run(
     expected: int,
     provenance: dict,
     counted: Sequence[int] | None = None,
-    paired: Sequence[Sequence[int]] = (),
 ) -> str:
     """What `moekit train ... profile=on` prints at the end: the breakdown, or why there is none."""
     try:
-        return format_breakdown(write(run, first_step, expected, provenance, counted, paired))
+        return format_breakdown(write(run, first_step, expected, provenance, counted))
     except (ProfileError, trace.TraceError, metrics.MetricsError) as exc:
         return f"step-time breakdown: none ({exc})"

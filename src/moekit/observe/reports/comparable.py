@@ -1,11 +1,14 @@
 """Whether two runs compare, and what their speed comparison may say (pure): the one rule of report, tune and verify.
 
 Two runs compare when they train the same model on the same tokens per step per device, on the same hardware
-(its name and device count): otherwise a speed-up measures the change of setup. Two measured rates then make a
-speed-up only when the host was as busy for both (the share of the host's CPU other processes took, from each
-run's manifest: run/host_load.py, within LOAD_GAP) and their difference lies outside the runs' own spread (the
-larger relative standard deviation of their steady step times). Otherwise the comparison says which, instead of
-a speed-up. docs/metrics.md, "Comparing runs", states the rule with its measurements.
+(its name and device count): otherwise a speed-up measures the change of setup. Two runs of the same
+configuration (every section but `run`, which only names where a run is kept) measure the host's noise, never a
+speed-up: the comparison says "same configuration" with how far apart they measured. Two measured rates then make
+a speed-up only when the host was as busy for both (the share of the host's CPU other processes took, from each
+run's manifest: run/host_load.py, within LOAD_GAP; an unknown share, as a killed attempt leaves, is never
+compared) and their difference lies outside the runs' own spread (the larger relative standard deviation of their
+steady step times). Otherwise the comparison says which, instead of a speed-up. docs/metrics.md, "Comparing
+runs", states the rule with its measurements.
 """
 
 from __future__ import annotations
@@ -21,12 +24,14 @@ LOAD_GAP = 0.15  # others' share of the host's CPU (0-1) that may differ between
 
 @dataclass(frozen=True, slots=True)
 class Setup:
-    """What a run trains and on what: its model section, tokens per step on each device, hardware and devices."""
+    """What a run trains and on what: its model section, tokens per step on each device, hardware and devices, and
+    its whole configuration but where it is kept (None where unknown)."""
 
     model: Any
     tokens_per_step: float | None
     hardware: str | None
     devices: int | None
+    configuration: str | None = None
 
     @classmethod
     def of(cls, config: Mapping[str, Any], devices: int | None) -> Setup:
@@ -36,7 +41,8 @@ class Setup:
             tokens = float(train["per_device_batch_size"]) * int(train["seq_len"])
         except (KeyError, TypeError, ValueError):
             tokens = None
-        return cls(config.get("model"), tokens, (config.get("hardware") or {}).get("name"), devices)
+        whole = _key({k: v for k, v in config.items() if k != "run"}) if config else None
+        return cls(config.get("model"), tokens, (config.get("hardware") or {}).get("name"), devices, whole)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +101,11 @@ def compare(base_setup: Setup, base: Measured, setup: Setup, other: Measured) ->
     if not base.rate or not other.rate:
         return Comparison(None, "too few steady steps")
     ratio = other.rate / base.rate
-    if base.others_share is None or other.others_share is None:
-        load = None if base.others_share == other.others_share else "host load recorded for one run only"
+    if base_setup.configuration is not None and base_setup.configuration == setup.configuration:
+        return Comparison(ratio, f"same configuration: the two measured {abs(ratio - 1):.0%} apart, this host's noise")
+    unknown = [n for n, m in (("the base run", base), ("this run", other)) if m.others_share is None]
+    if unknown:
+        load = f"host load unknown for {' and '.join(unknown)} (a killed attempt, or recorded before it was measured)"
     elif abs(base.others_share - other.others_share) > LOAD_GAP:
         load = f"different host load: others took {base.others_share:.0%} vs {other.others_share:.0%} of the CPU"
     else:
@@ -119,7 +128,9 @@ def runs(base: Run, other: Run) -> Comparison:
 
 
 def _key(value: Any) -> str:
-    return repr(sorted(value.items())) if isinstance(value, dict) else repr(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_key(v)}" for k, v in sorted(value.items())) + "}"
+    return repr(value)
 
 
 def _g(v: float | None) -> str:

@@ -101,7 +101,7 @@ def _step_time(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> No
 
 
 def _tflops(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
-    """TFLOP/s per device, one bar per run: the steady median, its counted steps' min-max as the error bar."""
+    """TFLOP/s per device, one bar per run: the steady rate, its counted steps' min-max as the error bar."""
     fig, ax = plt.subplots(figsize=(max(6.4, 1.6 * len(runs) + 3), 4.5))
     meds = [r.summary["tflops_per_device"] or 0.0 for r in runs]
     spans = []
@@ -110,15 +110,15 @@ def _tflops(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
         counted = [v for s, v in series(r.metrics, summary.TFLOPS) if s not in left_out]
         vals = counted if r.summary["tflops_per_device"] is not None and counted else [0.0]
         spans.append((max(0.0, min(vals)), max(vals)))
-    err = [
-        [m - lo for m, (lo, _) in zip(meds, spans, strict=True)],
-        [hi - m for m, (_, hi) in zip(meds, spans, strict=True)],
+    err = [  # the rate is over windows' wall time, so it may lie outside the single steps' range
+        [max(m - lo, 0.0) for m, (lo, _) in zip(meds, spans, strict=True)],
+        [max(hi - m, 0.0) for m, (_, hi) in zip(meds, spans, strict=True)],
     ]
     bars = ax.bar(range(len(runs)), meds, yerr=err, capsize=4, color=[f"C{i}" for i in range(len(runs))])
     shown = [r.summary["tflops_per_device"] for r in runs]
     ax.bar_label(bars, labels=["n/a" if m is None else f"{m:.4g}" for m in shown], padding=3, fontsize=8)
     ax.set_xticks(range(len(runs)), [_wrapped(n) for n in names], rotation=15 if len(runs) > 3 else 0, fontsize=8)
-    ax.set(ylabel="TFLOP/s per device (MaxText's count)", title="Throughput: steady-state median (bars: min-max)")
+    ax.set(ylabel="TFLOP/s per device (MaxText's count)", title="Throughput: steady-state rate (bars: steps' min-max)")
     ax.grid(axis="y", alpha=0.3)
     _save(plt, fig, runs, path)
 

@@ -26,6 +26,10 @@ from moekit.base import bounded
 
 FILE = "events.jsonl"
 ENV = "MOEKIT_EVENTS"  # the file a training process appends its events to
+# moekit's own stop flag: the launcher writes {"step": N, ...} here when it is asked to stop, and every worker
+# stops at the first step boundary >= N (run/preemption.py decides N; worker/step_events.py obeys it).
+STOP_FILE = "stop.json"
+STOP_ENV = "MOEKIT_STOP"
 
 START, STEP_END, SAVE, RESTORE, COMPILE = "start", "step_end", "save", "restore", "compile"
 TRACE_START, TRACE_STOP, STOP = "trace_start", "trace_stop", "stop"
@@ -90,6 +94,19 @@ def last_io(lines: list[str]) -> tuple[str, float, bool] | None:
         except (ValueError, KeyError, TypeError):
             continue
     return last
+
+
+def span(lines: list[str]) -> tuple[float, float] | None:
+    """The first and the last wall time in the lines of an events file (any event's `t`, `start` or `end`); None
+    when there is none. A killed attempt's wall time is at least their difference."""
+    times = []
+    for line in lines:
+        try:
+            e = json.loads(line)
+            times += [float(e[k]) for k in ("t", "start", "end") if k in e]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return (min(times), max(times)) if times else None
 
 
 def read(path: Path) -> Events:

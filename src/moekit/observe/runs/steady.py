@@ -1,31 +1,30 @@
-"""The one steady-step rule (pure): which steps' times are the run's own work, and why each other one is not.
+"""The one steady rule (pure): which step windows are the run's own training, and the rate they measure.
 
 MaxText stamps a step done right after it dispatched it, then saves a checkpoint of it, then waits for the step
-before to finish (to log its metrics). The device works on one step while the host dispatches the next, so a
-step's time is its own work only while that pipeline is full. Anything that waits for the device (the first
-dispatch of an attempt, a checkpoint save or restore, starting or stopping a trace) lands in the time of the step
-whose window it fell in and leaves the next one off: the pipeline refills. A compilation lands in its step, and
-the next one refills too.
+before to finish (to log its metrics). The device works on one step while the host dispatches the next, so the
+time between two stamps is a step's work only while that pipeline is full. Anything that waits for the device
+(the first dispatch of an attempt, a checkpoint save or restore, starting or stopping a trace) or holds the host
+(a compilation) lands in the step whose window it fell in, and the step after it refills the pipeline: both are
+left out, and so is the one after that: the refill step is stamped done as soon as it is dispatched, and its
+work lands in the next step (CPU, 2026-12-05: 0.056 s then 3.50 s against 1.74 s steady after a save) or, after
+a trace edge, in the edge step itself (the issue's profiled run: a short step, then one of normal length). From
+the second stamp after the event on the pipeline is full again. No step is ever paired with another.
 
-The step left off is not all idle: MaxText stamps it done as soon as it is dispatched, and its work runs in the
-step after it, which then takes about two steps' time. So the two are one pair: where the step after a refill is
-itself steady (judged by its own time, as every step), both count, each at the pair's mean time: work is counted
-where it was done, and a steady rate is never the doubled step alone. Where the step after it is left out too,
-the refill is left out with it.
-
-Which window an event fell in comes from the run's own record (events.jsonl, observe/runs/events.py): each step's end
-stamp and when each save, restore, compilation and trace edge started and ended. Attempts recorded before
-moekit wrote events are judged by the attempt boundaries and checkpoint.every (saves at step 0 and every N), and
-the summary says so. Then, on what is left, the step times themselves: warm-up at the start of each attempt and
-outliers. docs/metrics.md states the rule.
+The steady rate is tokens over wall time of the windows that are left: each run of consecutive counted steps of
+one attempt is one window, timed on the workers' own step-end clock (events.jsonl: from the stamp before its
+first step to the stamp of its last), so a short step and a long one count as the time they took together.
+Attempts recorded before moekit wrote events are judged by the attempt boundaries and checkpoint.every (saves at
+step 0 and every N) and timed by MaxText's step times; the summary says so. Then, on what is left, the step times
+themselves: warm-up at the start of each attempt and outliers. The same rule, with saves counted as training,
+gives the rate with saves. docs/metrics.md states the rule.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 
 from moekit.observe.runs.events import COMPILE, RESTORE, SAVE, TRACE_START, TRACE_STOP, Events
 
@@ -41,7 +40,7 @@ START, COMPILED, RESTORED, SAVED, TRACE, REFILL, WARMUP, OUTLIER, NONFINITE = (
     "not finite",
 )
 WARMUP_FACTOR = 1.5  # a leading step of an attempt this many times the median of its later steps is warming up
-OUTLIER_FACTOR = 3.0  # a step this many times (or this fraction of) the median of the counted steps is not steady
+OUTLIER_FACTOR = 3.0  # a step this many times the median of the counted steps is a stall, not steady work
 COMPILE_SHARE = 0.1  # a compilation counts when it took at least this share of the step's window
 MIN_STEADY = 3  # fewer steady steps than this give no steady number
 
@@ -53,12 +52,12 @@ REASONS = {
     SAVED: "a checkpoint save ran during the step: MaxText saves step s after stamping it, so step s + 1 pays "
     "(events: save start and end)",
     TRACE: "the profiler started or stopped tracing during the step (events: trace start, trace stop)",
-    REFILL: "the step after one left out for an event (attempt start, compile, save, restore, trace edge): the "
-    "device pipeline refills, and its work lands in the step after it; where that step is steady the two count as "
-    "one pair at their mean time, else both are left out",
+    REFILL: "one of the two steps after one left out for an event (attempt start, compile, save, restore, trace "
+    "edge): the device pipeline refills; the first is stamped done as soon as it is dispatched, and its work lands "
+    "in the second (after a save or an attempt start) or in the step left out (after a trace edge)",
     WARMUP: f"a leading step of an attempt slower than {WARMUP_FACTOR:g}x the median of that attempt's later steps",
-    OUTLIER: f"over {OUTLIER_FACTOR:g}x or under 1/{OUTLIER_FACTOR:g} of the median of the counted steps: a stall "
-    "or a timing artefact",
+    OUTLIER: f"over {OUTLIER_FACTOR:g}x the median of the counted steps: a stall (a short step stays in its window: "
+    "its work shows in the step after it)",
     NONFINITE: "its step time is NaN or infinite: no time can be counted from it",
 }
 # Reasons after which the pipeline refills. A compilation is host work: the device runs on with what is in flight,
@@ -66,6 +65,7 @@ REASONS = {
 # attempt's second step, the third took 0.06 s against 0.7 s).
 DRAINS = (START, COMPILED, RESTORED, SAVED, TRACE)
 _BY_KIND = {COMPILE: COMPILED, RESTORE: RESTORED, SAVE: SAVED, TRACE_START: TRACE, TRACE_STOP: TRACE}
+EVENTS, STEP_TIMES = "events", "step times"  # the clock a window was timed by
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,22 +78,48 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
+class Window:
+    """Consecutive counted steps of one attempt and the wall time they took."""
+
+    first: int
+    last: int
+    attempt: int
+    seconds: float
+    clock: str
+    """EVENTS (the workers' step-end stamps) or STEP_TIMES (MaxText's step times, runs without events)."""
+
+    def to_dict(self) -> dict[str, object]:
+        """The window as the summary records it."""
+        return {
+            "steps": [self.first, self.last],
+            "attempt": self.attempt,
+            "wall_s": round(self.seconds, 4),
+            "clock": self.clock,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
-    """Which steps are left out (with their reason), and from what evidence each attempt was judged."""
+    """Which steps are left out (with their reason), the windows of the rest, and from what evidence each attempt
+    was judged."""
 
     left_out: dict[int, str]
     evidence: dict[int, str]
     """attempt -> 'events' or 'checkpoint.every (no event record)'."""
-    pairs: dict[int, int] = field(default_factory=dict)
-    """refill step -> the steady step after it that did its work: both count, each at the pair's mean time."""
+    windows: list[Window]
 
     def steady(self, steps: Sequence[Step]) -> list[int]:
         """The steps not left out, in order."""
         return [s.step for s in steps if s.step not in self.left_out]
 
 
-def judge(steps: Sequence[Step], events: Mapping[int, Events], checkpoint_every: int = 0) -> Verdict:
-    """The rule over all attempts' steps (one record per step): events first, then the times."""
+def judge(
+    steps: Sequence[Step], events: Mapping[int, Events], checkpoint_every: int = 0, training: Collection[str] = ()
+) -> Verdict:
+    """The rule over all attempts' steps (one record per step): events first, then the times.
+
+    `training`: reasons counted as training here (SAVED: the rate with saves, where no step is left out by its
+    time, neither as warm-up nor as an outlier: what the run sustained includes its slow steps)."""
     out: dict[int, str] = {s.step: NONFINITE for s in steps if not math.isfinite(s.seconds)}
     evidence: dict[int, str] = {}
     by_attempt: dict[int, list[Step]] = {}
@@ -103,41 +129,43 @@ def judge(steps: Sequence[Step], events: Mapping[int, Events], checkpoint_every:
         found = events.get(attempt)
         if found is not None and found.recorded:
             evidence[attempt] = "events"
-            marks = _by_events(own, found)
+            marks = _by_events(own, found, training)
         else:
             evidence[attempt] = "checkpoint.every (no event record)"
-            marks = _by_schedule(own, checkpoint_every)
+            marks = _by_schedule(own, 0 if SAVED in training else checkpoint_every)
         out = marks | out  # a step that is not finite keeps that reason
         out |= _refills(own, out)
-        out |= _warmup(own, out)
+        out |= {} if training else _warmup(own, out)
     rest = [s for s in steps if s.step not in out]
-    if rest:
+    if rest and not training:  # counted as training, a save's step is long by nature: no outlier then
         median = statistics.median(s.seconds for s in rest)
-        out |= {
-            s.step: OUTLIER for s in rest if s.seconds > OUTLIER_FACTOR * median or s.seconds * OUTLIER_FACTOR < median
-        }
-    # A refill whose next step (same attempt) counts did its work there: the two count as one pair.
-    attempt_of = {s.step: s.attempt for s in steps}
-    pairs = {
-        r: r + 1
-        for r, why in out.items()
-        if why == REFILL and attempt_of.get(r + 1) == attempt_of[r] and r + 1 not in out
-    }
-    for r in pairs:
-        del out[r]
-    return Verdict(dict(sorted(out.items())), evidence, dict(sorted(pairs.items())))
+        out |= {s.step: OUTLIER for s in rest if s.seconds > OUTLIER_FACTOR * median}
+    return Verdict(dict(sorted(out.items())), evidence, _windows(by_attempt, out, events))
 
 
-def paired(steps: Sequence[Step], pairs: Mapping[int, int]) -> list[Step]:
-    """`steps` with each pair's two members at the pair's mean time (the work of both, over the time of both)."""
-    seconds = {s.step: s.seconds for s in steps}
-    mean = {}
-    for r, n in pairs.items():
-        mean[r] = mean[n] = (seconds[r] + seconds[n]) / 2
-    return [Step(s.step, mean.get(s.step, s.seconds), s.attempt) for s in steps]
+def _windows(
+    by_attempt: Mapping[int, list[Step]], out: Mapping[int, str], events: Mapping[int, Events]
+) -> list[Window]:
+    """Each run of consecutive counted steps of one attempt, timed by its stamps where the attempt has them."""
+    found: list[Window] = []
+    for attempt, own in by_attempt.items():
+        stamps = events[attempt].step_end if attempt in events else {}
+        run: list[Step] = []
+        for s in [*own, None]:
+            if s is not None and s.step not in out and (not run or s.step == run[-1].step + 1):
+                run.append(s)
+                continue
+            if run:
+                lo, hi = stamps.get(run[0].step - 1), stamps.get(run[-1].step)
+                if lo is not None and hi is not None and hi > lo:
+                    found.append(Window(run[0].step, run[-1].step, attempt, hi - lo, EVENTS))
+                else:
+                    found.append(Window(run[0].step, run[-1].step, attempt, sum(x.seconds for x in run), STEP_TIMES))
+            run = [s] if s is not None and s.step not in out else []
+    return found
 
 
-def _by_events(own: list[Step], found: Events) -> dict[int, str]:
+def _by_events(own: list[Step], found: Events, training: Collection[str] = ()) -> dict[int, str]:
     out = {own[0].step: START}  # later attempts replace records from their first step on: own[0] began this one
     for s in own:
         hi, lo = found.step_end.get(s.step), found.step_end.get(s.step - 1)
@@ -145,6 +173,8 @@ def _by_events(own: list[Step], found: Events) -> dict[int, str]:
             continue
         for kind, start, end, _ in found.intervals:
             reason = _BY_KIND[kind]
+            if reason in training:
+                continue
             if start == end:  # an instant (trace edge)
                 hit = lo < start <= hi
             else:
@@ -167,7 +197,8 @@ def _by_schedule(own: list[Step], every: int) -> dict[int, str]:
 
 def _refills(own: list[Step], marked: dict[int, str]) -> dict[int, str]:
     steps = {s.step for s in own}
-    return {s + 1: REFILL for s in sorted(steps) if marked.get(s) in DRAINS and s + 1 in steps and s + 1 not in marked}
+    drained = [s for s in sorted(steps) if marked.get(s) in DRAINS]
+    return {r: REFILL for s in drained for r in (s + 1, s + 2) if r in steps and r not in marked}
 
 
 def _warmup(own: list[Step], marked: dict[int, str]) -> dict[int, str]:

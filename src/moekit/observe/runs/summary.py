@@ -1,4 +1,4 @@
-"""Steady-state summary of one run's metrics (pure): medians over the steady steps, what was left out and why.
+"""Steady-state summary of one run's metrics (pure): rates over the steady windows, what was left out and why.
 
 Which steps are steady is observe/runs/steady.py's one rule (events the run recorded, then the step times); every
 consumer (train's summary, report, tune, verify, the benchmark runners) reads the numbers made here.
@@ -55,7 +55,7 @@ def summarize(
     events: Mapping[int, Events] | None = None,
     planned_steps: int | None = None,
 ) -> dict[str, Any]:
-    """Medians over the steady steps (none when fewer than steady.MIN_STEADY), each left-out step with its reason,
+    """Rates over the steady windows (none when fewer than steady.MIN_STEADY steps), each left-out step with its reason,
     the steps that paid a save apart, the steps the records miss (they ran: a later one did) and the steps that
     never ran (after the last record, up to `planned_steps`).
 
@@ -84,13 +84,13 @@ def summarize(
     steps = [steady.Step(s, float(r[STEP_TIME]), _attempt_of(r, starts, last)) for s, r in by_step.items()]
     verdict = steady.judge(steps, events, checkpoint_every)
     left_out = verdict.left_out
-    counted = [r for s, r in _paired(by_step, verdict.pairs).items() if s not in left_out]
+    counted = [r for s, r in by_step.items() if s not in left_out]
     out: dict[str, Any] = {
         "steps": len(m.rows),
         "steady_steps": len(counted),
         "counted_steps": [int(r["step"]) for r in counted],
         "excluded": [{"step": s, "reason": why} for s, why in left_out.items()],
-        "paired": [[r, n] for r, n in verdict.pairs.items()],
+        "windows": [w.to_dict() for w in verdict.windows],
         "exclusion_reasons": {why: REASONS[why] for why in dict.fromkeys(left_out.values())},
         "evidence": {str(a): e for a, e in sorted(verdict.evidence.items())},
         "attempts": len(verdict.evidence),
@@ -100,7 +100,7 @@ def summarize(
         "tflops_per_device": None,
         "tokens_per_s_per_device": None,
         "mfu": {k: None for k in peaks},
-        "checkpoint": _checkpoint_steps(by_step, left_out),
+        "checkpoint": _checkpoint_steps(by_step, left_out, steps, events, checkpoint_every),
         "final_loss": float(m.rows[-1][LOSS]) if LOSS in m.rows[-1] else None,
         "losses": [float(r[LOSS]) for r in m.rows if LOSS in r],
         "truncated_tail": m.truncated_tail,
@@ -111,57 +111,50 @@ def summarize(
             "steady number. Run more steps, or save checkpoints less often."
         )
         return out
-    tf = [float(r[TFLOPS]) for r in counted if TFLOPS in r]
-    med_tf = statistics.median(tf) if tf else None
-    tok = [float(r[TOKENS]) for r in counted if TOKENS in r]
+    rate = _rates(by_step, verdict.windows)
     out |= {
-        "step_time_s": _spread([float(r[STEP_TIME]) for r in counted]),
-        "tflops_per_device": med_tf,
-        "tokens_per_s_per_device": statistics.median(tok) if tok else None,
-        "mfu": {k: (med_tf / p if (med_tf is not None and p) else None) for k, p in peaks.items()},
+        "step_time_s": _spread([float(r[STEP_TIME]) for r in counted]) | {"per_window": rate[STEP_TIME]},
+        "tflops_per_device": rate[TFLOPS],
+        "tokens_per_s_per_device": rate[TOKENS],
+        "mfu": {k: (rate[TFLOPS] / p if (rate[TFLOPS] is not None and p) else None) for k, p in peaks.items()},
     }
     return out
 
 
-def _paired(by_step: dict[int, dict], pairs: Mapping[int, int]) -> dict[int, dict]:
-    """Records with each pair (a refill step, and the step after it that did its work) counted where the work was
-    done: both at the pair's mean time, their rates the pair's work over the pair's time."""
-    out = dict(by_step)
-    for r, n in pairs.items():
-        a, b = by_step[r], by_step[n]
-        seconds = float(a[STEP_TIME]) + float(b[STEP_TIME])
-        both = {STEP_TIME: seconds / 2}
-        for key in (TOKENS, TFLOPS):
-            if key in a and key in b and seconds > 0:
-                both[key] = (float(a[key]) * float(a[STEP_TIME]) + float(b[key]) * float(b[STEP_TIME])) / seconds
-        out[r], out[n] = a | both, b | both
+def _rates(by_step: Mapping[int, dict], windows: Sequence[steady.Window]) -> dict[str, float | None]:
+    """Tokens/s and TFLOP/s per device over the windows: the work of their steps (MaxText's rate times its step
+    time is the step's tokens or TFLOP) over the wall time of the windows; and the windows' time per step."""
+    seconds = sum(w.seconds for w in windows)
+    rows = [by_step[s] for w in windows for s in range(w.first, w.last + 1)]
+    out: dict[str, float | None] = {STEP_TIME: seconds / len(rows) if rows else None}
+    for key in (TOKENS, TFLOPS):
+        done = all(key in r for r in rows) and rows and seconds > 0
+        out[key] = sum(float(r[key]) * float(r[STEP_TIME]) for r in rows) / seconds if done else None
     return out
 
 
-def _checkpoint_steps(by_step: dict[int, dict], left_out: dict[int, str]) -> dict[str, Any] | None:
-    """The steps that paid a save, and what the run sustained with its saves: total tokens over total time of every
-    step but each attempt's start-up (its first step and the compile and refill steps right after it)."""
+def _checkpoint_steps(
+    by_step: dict[int, dict],
+    left_out: dict[int, str],
+    steps: Sequence[steady.Step],
+    events: Mapping[int, Events],
+    every: int,
+) -> dict[str, Any] | None:
+    """The steps that paid a save, and what the run sustained with its saves: the same rule with saves counted as
+    training (windows that hold no other non-training event)."""
     saved = [r for s, r in by_step.items() if left_out.get(s) == steady.SAVED]
     if not saved:
         return None
-    start_up = set()
-    for s, why in left_out.items():  # each attempt's start and the compile/refill steps right after it
-        if why == steady.START:
-            while left_out.get(s) in (steady.START, steady.COMPILED, steady.RESTORED, steady.REFILL):
-                start_up.add(s)
-                s += 1
-    both = [r for s, r in by_step.items() if s not in start_up]
-    seconds = sum(float(r[STEP_TIME]) for r in both)
-
-    def rate(key: str) -> float | None:
-        if not all(key in r for r in both) or seconds <= 0:
-            return None
-        return sum(float(r[key]) * float(r[STEP_TIME]) for r in both) / seconds
-
+    with_saves = steady.judge(steps, events, every, training=(steady.SAVED,))
+    rate = _rates(by_step, with_saves.windows)
     return {
         "steps": [int(r["step"]) for r in saved],
         "step_time_s": _spread([float(r[STEP_TIME]) for r in saved]),
-        "with_saves": {"tokens_per_s_per_device": rate(TOKENS), "tflops_per_device": rate(TFLOPS)},
+        "with_saves": {
+            "tokens_per_s_per_device": rate[TOKENS],
+            "tflops_per_device": rate[TFLOPS],
+            "windows": [w.to_dict() for w in with_saves.windows],
+        },
     }
 
 
@@ -199,7 +192,8 @@ def format_summary(s: dict[str, Any], hardware: str, peak_source: str) -> str:
     ]
     if st:
         lines += [
-            f"step time        {st['median']:.4f} s median (min {st['min']:.4f}, max {st['max']:.4f})",
+            f"step time        {_num(st.get('per_window'), '.4f')} s per step over {len(s.get('windows', []))} "
+            f"window(s); steps' median {st['median']:.4f} (min {st['min']:.4f}, max {st['max']:.4f})",
             f"TFLOP/s/device   {_num(s['tflops_per_device'], '.3f')}  (MaxText's count)",
             f"tokens/s/device  {_num(s['tokens_per_s_per_device'], '.1f')}",
         ]
