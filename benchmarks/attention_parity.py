@@ -216,6 +216,9 @@ def measure(args: argparse.Namespace) -> dict:
                 row["seconds"] = round(time.perf_counter() - t0, 2)
                 rows.append(row)
                 print(_line(row), flush=True)
+                if args.out:  # after every row: a call cut short keeps what it measured
+                    partial = {"rows": rows, "tolerance": TOLERANCE, "complete": False}
+                    (Path(args.out) / "attention_parity.json").write_text(json.dumps(partial, indent=1))
             del ref
         if layout != "thd":
             print(f"{layout}: TE's lengths from MaxText's dense mask: {json.dumps(_te_seqlens(seg))}", flush=True)
@@ -226,6 +229,7 @@ def measure(args: argparse.Namespace) -> dict:
         "te_lengths_from_dense_mask": {lay: _te_seqlens(_segments(lay, args.batch, args.seq)[0])
                                        for lay in args.layouts.split(",") if lay != "thd"},
         "provenance": _provenance(),
+        "complete": True,
     }
 
 
