@@ -289,11 +289,19 @@ def table(result: dict, loss_checks: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _loss_check(path: str) -> str:
-    """pass/fail of a `moekit verify` result file, with its steps and tolerance."""
-    v = json.loads(Path(path).read_text()[:2_000_000])
-    verdict = "pass" if v.get("passed", v.get("equivalent")) else "fail"
-    return f"{verdict} ({Path(path).name})"
+def _loss_check(spec: str) -> str:
+    """The loss check of a kernel in training: `VERIFY_JSON` (a `moekit verify` result), or
+    `PRESETS_JSON:CANDIDATE:REFERENCE` (two rows of benchmarks/run_presets.py: every step within 2e-3 relative, the
+    tune's gate)."""
+    path, *rows = spec.split(":")
+    data = json.loads(Path(path).read_text()[:5_000_000])
+    if not rows:
+        return ("pass" if data.get("passed", data.get("equivalent")) else "fail") + f" ({Path(path).name})"
+    cand, ref = (data["presets"][r] for r in rows)
+    worst = max(abs(a - b) / abs(b) for a, b in zip(cand["losses"], ref["losses"], strict=True))
+    verdict = "pass" if worst <= 2e-3 else "fail"
+    return (f"{verdict}: max {worst:.1e} relative over {len(ref['losses'])} steps against {rows[1]} "
+            f"(batch {cand['batch'][0]:g}, {Path(path).name})")
 
 
 def record(path: str, loss_checks: list[str]) -> None:
@@ -323,7 +331,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--record", metavar="JSON", help="write a result's table into docs/performance.md")
-    p.add_argument("--loss-check", action="append", default=[], metavar="KERNEL/SHAPE/LAYOUT=VERIFY_JSON")
+    p.add_argument("--loss-check", action="append", default=[],
+                   metavar="KERNEL/SHAPE/LAYOUT=VERIFY_JSON|PRESETS_JSON:CANDIDATE:REFERENCE")
     args = p.parse_args()
     if args.record:
         record(args.record, args.loss_check)
