@@ -7,7 +7,6 @@ import itertools
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -68,40 +67,24 @@ STEPS = 16  # MaxText traces steps 3..5 (profile.skip_steps=3): windows after th
 
 @pytest.fixture(scope="module")
 def side_by_side(tmp_path_factory) -> dict[str, Path]:
-    """experiment=smoke with profile=on and twice without, started together (one host load for all three)."""
+    """experiment=smoke with profile=on and twice without, one after another on the same host. Started together on 2
+    cores they do not share one load: the profiled run, slower by its trace, ends last and its clean window runs
+    alone (seen: 2.5x the plain runs' rate, each rate right for the load it ran under)."""
     base = tmp_path_factory.mktemp("side_by_side")
     runs = {"profiled": ["profile=on"], "plain": [], "again": []}
-    procs = {
-        name: subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "moekit",
-                "train",
-                "experiment=smoke",
-                f"train.steps={STEPS}",
-                *extra,
-                f"run.dir={base / name}",
-            ],  # fmt: skip
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for name, extra in runs.items()
-    }
-    deadline = time.monotonic() + 1200
-    for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
-        assert proc.returncode == 0, f"{name}:\n{out[-3000:]}"
+    for name, extra in runs.items():
+        cmd = [sys.executable, "-m", "moekit", "train", "experiment=smoke", f"train.steps={STEPS}", *extra,
+               f"run.dir={base / name}"]  # fmt: skip
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, f"{name}:\n{(proc.stdout + proc.stderr)[-3000:]}"
     return {name: base / name for name in runs}
 
 
 @pytest.mark.integration
-def test_a_profiled_and_a_plain_run_started_together_report_rates_within_1_35x(side_by_side):
+def test_a_profiled_and_a_plain_run_of_one_configuration_report_rates_within_1_35x(side_by_side):
     got = {name: json.loads((run / "summary.json").read_text()) for name, run in side_by_side.items()}
     rates = {name: s["tokens_per_s_per_device"] for name, s in got.items()}
-    print(f"\ntokens/s/device started together: {rates}; windows {[got[n]['windows'] for n in got]}")
+    print(f"\ntokens/s/device one after another: {rates}; windows {[got[n]['windows'] for n in got]}")
     reasons = {e["step"]: e["reason"] for e in got["profiled"]["excluded"]}
     assert reasons.get(3) == reasons.get(6) == "profile window edge", reasons
     assert all(r is not None for r in rates.values()), got
@@ -110,7 +93,7 @@ def test_a_profiled_and_a_plain_run_started_together_report_rates_within_1_35x(s
 
 
 @pytest.mark.integration
-def test_two_identical_runs_started_together_are_the_same_configuration_not_a_speed_up(side_by_side):
+def test_two_identical_runs_are_the_same_configuration_not_a_speed_up(side_by_side):
     """The issue's identical configurations passed as 0.81x and 0.74x speed-ups; now moekit report names them."""
     got = moekit("report", str(side_by_side["plain"]), str(side_by_side["again"]))
     assert got.returncode == 0, got.stderr[-3000:]
