@@ -83,6 +83,16 @@ def test_the_hugging_face_side_is_the_rows():
         assert h.tiny is None or f'"model_type": "{h.model_type}"' in tiny_source, h
 
 
+
+def test_every_hugging_face_model_type_has_a_mapping_or_a_reason():
+    """A row's model_type is in checkpoint/model/hf.py's MAPPING_KEYS (the MaxText mapping import/export convert
+    with) or in NO_MAPPING (the reason import gives), never both or neither; a per-expert mapping is a mapped one."""
+    from moekit.checkpoint.model.hf import MAPPING_KEYS, NO_MAPPING, PER_EXPERT
+
+    types = {h.model_type for f in FAMILIES.values() for h in f.hf}
+    assert set(MAPPING_KEYS) | set(NO_MAPPING) == types and not set(MAPPING_KEYS) & set(NO_MAPPING)
+    assert PER_EXPERT <= set(MAPPING_KEYS.values())
+
 def test_no_module_tells_families_apart_by_name():
     # checkpoint/model/architecture.py's from_hf branches on Hugging Face's model_type (HF_FAMILIES' keys), three of
     # which are spelled like a family: those compares of `kind` there are Hugging Face's names, not the family's.
