@@ -456,7 +456,8 @@ def test_resumed_run_measures_what_an_uninterrupted_run_measures(reference, chai
     # when XLA compiles again there (the events record it), is left out as a compile: both reasons are right.
     firsts = sorted({int(r["step"]) for r in _first_of_each_attempt(run)})
     assert all(reasons.get(s) == "attempt start" for s in firsts), reasons
-    assert reasons.get(1) in ("checkpoint save", "compile"), reasons
+    # Unless step 1 is itself an attempt's first (stops at compile left no steps, a later attempt resumed at step 1).
+    assert reasons.get(1) in ("checkpoint save", "compile") or 1 in firsts, reasons
     # `moekit report` recomputes the same figures from the run directory, also after it was moved.
     moved = run.parent / "moved"
     import shutil
