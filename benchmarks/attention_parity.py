@@ -87,6 +87,14 @@ def _segments(layout: str, batch: int, seq: int):
     return seg, positions
 
 
+def _allowed(seg):
+    """Causal and inside its own segment: which key each query may see, [batch, q, k]."""
+    import jax.numpy as jnp
+
+    s = seg.shape[1]
+    return jnp.tril(jnp.ones((s, s), bool))[None] & (seg[:, :, None] == seg[:, None, :])
+
+
 def _reference(q, k, v, seg, dout, heads_per_chunk: int = 16) -> dict:
     """fp32 causal attention restricted to each token's segment, scale 1 (MaxText scales the query beforehand), and
     its gradients for the cotangent `dout`; over chunks of kv heads, so that a long sequence's fp32 logits fit."""
@@ -96,7 +104,7 @@ def _reference(q, k, v, seg, dout, heads_per_chunk: int = 16) -> dict:
     b, s, hq, _ = q.shape
     hkv = k.shape[2]
     group = hq // hkv
-    allowed = jnp.tril(jnp.ones((s, s), bool))[None] & (seg[:, :, None] == seg[:, None, :])
+    allowed = _allowed(seg)
 
     @jax.jit
     def chunk(qc, kc, vc, dc):
@@ -157,14 +165,12 @@ def _te_seqlens(seg) -> dict[str, list[int]]:
     mask types): the q length is the count of queries allowed to see key 0, the kv length the longest row."""
     import jax.numpy as jnp
 
-    s = seg.shape[1]
-    allowed = jnp.tril(jnp.ones((s, s), bool))[None] & (seg[:, :, None] == seg[:, None, :])
     full = seg[:, :, None] == seg[:, None, :]  # MaxText builds the mask FULL; causal comes from the mask type
     return {
         "q_seqlen": [int(x) for x in jnp.sum(full[:, :, 0], axis=1)],
         "kv_seqlen": [int(x) for x in jnp.max(jnp.sum(full, axis=-1), axis=1)],
         "segments": [int(x) for x in jnp.max(seg, axis=1)],
-        "allowed_pairs": int(jnp.sum(allowed)),
+        "allowed_pairs": int(jnp.sum(_allowed(seg))),
     }
 
 
@@ -176,7 +182,7 @@ def measure(args: argparse.Namespace) -> dict:
 
     platform = jax.devices()[0].platform
     shapes = dict(_parse_shape(s) for s in args.shapes.split(","))
-    rows = []
+    rows, lengths = [], {}
     for layout in args.layouts.split(","):
         cfg = _config(args.seq, layout, platform)
         mesh = maxtext_utils.get_mesh_from_config(cfg, jax.devices()[:1])
@@ -221,13 +227,13 @@ def measure(args: argparse.Namespace) -> dict:
                     (Path(args.out) / "attention_parity.json").write_text(json.dumps(partial, indent=1))
             del ref
         if layout != "thd":
-            print(f"{layout}: TE's lengths from MaxText's dense mask: {json.dumps(_te_seqlens(seg))}", flush=True)
+            lengths[layout] = _te_seqlens(seg)
+            print(f"{layout}: TE's lengths from MaxText's dense mask: {json.dumps(lengths[layout])}", flush=True)
     return {
         "what": "attention parity: MaxText AttentionOp per kernel against an fp32 reference, bf16 inputs, causal",
         "tolerance": TOLERANCE,
         "rows": rows,
-        "te_lengths_from_dense_mask": {lay: _te_seqlens(_segments(lay, args.batch, args.seq)[0])
-                                       for lay in args.layouts.split(",") if lay != "thd"},
+        "te_lengths_from_dense_mask": lengths,
         "provenance": _provenance(),
         "complete": True,
     }
