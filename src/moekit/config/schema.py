@@ -668,6 +668,11 @@ class Config(Section):
         return f"{volume.path.rstrip('/')}/{self.cluster.name or self.experiment_name}"
 
     @property
+    def attention_kernel(self) -> str | None:
+        """The attention kernel MaxText runs: maxtext.extra.attention over model.attention; None = MaxText's choice."""
+        return str(self.maxtext.extra.get("attention", self.model.attention) or "") or None
+
+    @property
     def maxtext_hardware(self) -> str:
         """MaxText's hardware key: cpu, gpu (one process per node) or gpu_multiprocess (one per GPU)."""
         if self.hardware.platform == "cpu":

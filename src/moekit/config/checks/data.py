@@ -87,7 +87,7 @@ def segments_with_te_attention(cfg: Config) -> Iterator[Problem]:
     on synthetic rows it gets a dense mask, which TE reduces to one length per row (docs/performance.md, "Attention
     parity"). MaxText asks for a bound on the segments per row with packing on one process per node; on synthetic
     rows a bound >= 2 makes MaxText split each row into segments, so the bound there is 1."""
-    attention = cfg.maxtext.extra.get("attention", cfg.model.attention)
+    attention = cfg.attention_kernel
     d = cfg.data
     if cfg.hardware.platform != "gpu" or attention != "cudnn_flash_te" or not d.packing:
         return
@@ -115,7 +115,7 @@ def segments_with_jax_cudnn_attention(cfg: Config) -> Iterator[Problem]:
     """MaxText 0.2.5's cudnn_flash_jax takes no segment ids in training (`cudnn_jax_flash_attention`: causal mask
     only), so on rows holding several documents each token attends across the documents before it, where MaxText's
     other kernels keep it inside its own: a different model, whose losses do not compare with theirs."""
-    attention = cfg.maxtext.extra.get("attention", cfg.model.attention)
+    attention = cfg.attention_kernel
     d = cfg.data
     if cfg.hardware.platform != "gpu" or attention != "cudnn_flash_jax" or not d.packing:
         return

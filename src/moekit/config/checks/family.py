@@ -14,10 +14,6 @@ from moekit.config.schema import Config, Routing
 ROUTING_KEYS = tuple(Routing.model_fields)
 
 
-def _attention(cfg: Config) -> str | None:
-    return str(cfg.maxtext.extra.get("attention", cfg.model.attention) or "") or None
-
-
 def routing_has_one_owner(cfg: Config) -> Iterator[Problem]:
     """Routing keys and decoder_block are set through the model option only, never through `model.extra` or
     `maxtext.extra`, where they would bypass the family checks."""
@@ -165,7 +161,7 @@ def backend_supports_family(cfg: Config) -> Iterator[Problem]:
 
 def attention_runs_the_family(cfg: Config) -> Iterator[Problem]:
     """A family with attention sinks uses, on GPU, an attention kernel that runs them."""
-    fam, attention = FAMILIES[cfg.model.decoder_block], _attention(cfg)
+    fam, attention = FAMILIES[cfg.model.decoder_block], cfg.attention_kernel
     if fam.attention_sinks and cfg.hardware.platform == "gpu" and attention not in ("cudnn_flash_te", "dot_product"):
         yield Problem(
             "model.attention",
