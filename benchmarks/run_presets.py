@@ -111,6 +111,26 @@ PRESETS: dict[str, tuple[list[str], str]] = {
          "data.max_segments_per_seq=1"],
         "moe=te_gmm FP8, batch 14, TE's fused attention, one segment per row",
     ),
+    # The recompute lever at batch 6 (tokens/s per device is flat from batch 6 to 12 with remat full): keep the GEMM
+    # outputs so that the backward reruns no GEMM. te_gmm_b6 is their loss-check reference.
+    "te_gmm_b6": (["moe=te_gmm"], "moe=te_gmm bf16, batch 6, remat full: the keep rows' reference"),
+    "te_gmm_keep": (
+        ["moe=te_gmm", "memory=remat_keep_gemms"],
+        "moe=te_gmm bf16, batch 6, memory=remat_keep_gemms (every GEMM output and the routed input kept)",
+    ),
+    "te_gmm_mwc": (
+        ["moe=te_gmm", "memory=remat_minimal", "memory.remat_policy=minimal_with_context"],
+        "moe=te_gmm bf16, batch 6, MaxText remat_policy=minimal_with_context (minimal + the attention output)",
+    ),
+    "te_gmm_keep_unscanned": (
+        ["moe=te_gmm", "memory=remat_keep_gemms", "maxtext.extra.scan_layers=false"],
+        "te_gmm_keep with the layers unrolled (scan_layers=false)",
+    ),
+    "te_gmm_fp8_b6": (["moe=te_gmm", "precision=fp8"], "moe=te_gmm FP8, batch 6, remat full"),
+    "te_gmm_fp8_keep": (
+        ["moe=te_gmm", "precision=fp8", "memory=remat_keep_gemms"],
+        "moe=te_gmm FP8, batch 6, memory=remat_keep_gemms",
+    ),
 }
 # A quantized preset -> the bf16 preset of the same path: its loss gap is reported (it changes the arithmetic).
 BF16_TWIN = {
@@ -121,6 +141,8 @@ BF16_TWIN = {
     "tokamax_fp8": "tokamax",
     "te_fp8": "te",
     "te_gmm_fp8_te_attn_b10": "te_gmm_te_attn_b10",
+    "te_gmm_fp8_b6": "te_gmm_b6",
+    "te_gmm_fp8_keep": "te_gmm_keep",
 }
 MARK_BEGIN, MARK_END = "<!-- BEGIN presets (benchmarks/run_presets.py --record) -->", "<!-- END presets -->"
 PROFILE_BEGIN, PROFILE_END = "<!-- BEGIN profile (benchmarks/run_presets.py --record) -->", "<!-- END profile -->"
