@@ -171,6 +171,12 @@ TOGGLES = [  # overrides, MaxText keys that change, XLA flags that change, env v
     (["moe=te", "precision=mxfp8"], None, set(), {"NCCL_GIN_TYPE"}),
     (["memory=remat_minimal"], {"remat_policy"}, set(), set()),
     (
+        ["memory=remat_keep_gemms"],
+        {"remat_policy"} | set(yaml.safe_load((REPO / "conf/memory/remat_keep_gemms.yaml").read_text())["tensors"]),
+        set(),
+        set(),
+    ),
+    (
         ["memory=offload_blog"],
         {"remat_policy"} | set(yaml.safe_load((REPO / "conf/memory/offload_blog.yaml").read_text())["tensors"]),
         set(),
@@ -292,6 +298,7 @@ EQUIVALENT = [  # reference first: XLA ragged_dot grouped GEMM, full remat
     ("dense", ["moe=dense"]),
     ("remat_minimal", ["memory=remat_minimal"]),
     ("offload_blog", ["memory=offload_blog"]),
+    ("remat_keep_gemms", ["memory=remat_keep_gemms"]),
 ]
 
 
