@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from moekit.plan import forecast, inputs, tables, text
 
     inputs.check_numbers(args.compute_tflops, scale)
+    record = inputs.fabric_record(args.fabric)  # refused, if it must be, before anything is composed
     cfg = load(args.overrides, warn=False)  # the plan lists the warnings itself
-    record = inputs.fabric_record(args.fabric)
     if record is not None and not args.fabric_any:
         why = forecast.fabric_mismatch(record, cfg.hardware.name)
         if why:
