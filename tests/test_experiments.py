@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,11 +22,10 @@ import yaml
 
 from conftest import EXPERIMENTS, REPO, compose
 from moekit import plan
-from moekit.base.maxtext_files import model_values
 from moekit.commands import render as cmd
 from moekit.config import formats
 from moekit.config.checks import problems
-from moekit.plan.tables import data as data_file
+from moekit.plan import tables
 from moekit.preflight.maxtext_validate import MaxTextRejected, rejections, validate
 from moekit.render import validate as manifest
 from moekit.translate.job import build
@@ -107,10 +107,7 @@ def renders_slurm(experiment: str, _) -> None:
 
 def plans(experiment: str, _) -> None:
     cfg = compose(experiment)
-    out = plan.build(
-        cfg, *model_values(cfg.model.name), data_file("links.yaml"), data_file("plan_calibration.yaml"),
-        scale=[], compute_tflops=100,
-    )  # fmt: skip
+    out = plan.build(cfg, replace(tables.shipped(), forecast=None, bands=None), plan.Options(compute_tflops=100))
     assert out["memory"]["device_gib"] > 0 and out["flops"]["train_tflop_per_device_step"] > 0
     assert out["mesh"]["devices"] == cfg.num_devices
     assert all(c["ici_gb"] >= 0 and c["dcn_gb"] >= 0 for c in out["communication"])
@@ -118,12 +115,12 @@ def plans(experiment: str, _) -> None:
 
 def forecasts(experiment: str, _) -> None:
     """A GPU experiment has a forecast with a band inside the hardware's peak (docs/plan.md, "Forecast")."""
-    from moekit.plan import forecast, tables
+    from moekit.plan import calibrate, forecast
 
-    cfg, table = compose(experiment), tables.data("forecast.yaml")
+    cfg, shipped = compose(experiment), tables.shipped()
     if cfg.hardware.platform == "cpu":
         return
-    f = forecast.forecast(tables.setup_of(cfg), forecast.params_from(table)).to_dict()
+    f = forecast.forecast(calibrate.setup_of(cfg, shipped), forecast.params_from(shipped.forecast)).to_dict()
     assert 0 < f["low"] <= f["tflops_per_device"] <= f["high"] < cfg.hardware.peak_tflops.fp8
     assert all(p["seconds"] >= 0 for p in f["parts"])
 

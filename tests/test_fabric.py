@@ -11,13 +11,14 @@ import pytest
 
 from conftest import compose, live_workers, moekit
 from moekit.base import failures
+from moekit.config.hardware import link_table
 from moekit.observe.reports import fabric_report
 from moekit.translate import fabric as tfabric
 from moekit.translate import fabric_verdict as fv
 from moekit.worker import fabric
 
 H200_LINKS = tfabric.spec(compose("smoke", ["hardware=h200"]), "<run.dir>")["links"]  # the h200 row's link classes
-H200 = fv.expected_rates(fabric.links_table(), H200_LINKS)
+H200 = fv.expected_rates(link_table(), H200_LINKS)
 SMALL = ("experiment=smoke", "cluster.processes_per_node=2")
 
 
@@ -54,7 +55,7 @@ def test_link_class_and_expected_rates_are_plans():
     assert fv.link_class([0, 0, 0]) == fv.SCALE_UP and fv.link_class([0, 1]) == fv.SCALE_OUT
     assert H200[fv.SCALE_UP]["gb_per_s"] == 450 and H200[fv.SCALE_UP]["link"] == "nvlink4"
     assert H200[fv.SCALE_OUT]["gb_per_s"] == 50 and "ConnectX-7" in H200[fv.SCALE_OUT]["source"]
-    assert fv.expected_rates(fabric.links_table(), tfabric.spec(compose("smoke"), "<run.dir>")["links"]) == {}
+    assert fv.expected_rates(link_table(), tfabric.spec(compose("smoke"), "<run.dir>")["links"]) == {}
 
 
 def test_a_slow_group_is_named_with_its_rank_host_and_link_class():

@@ -10,25 +10,14 @@ import pytest
 
 from conftest import REPO, compose, moekit
 from moekit import plan
-from moekit.base.maxtext_files import model_values
-from moekit.plan import calibrate, forecast, search, tables, validate
+from moekit.plan import calibrate, forecast, tables, validate
 
-TABLE = tables.data("forecast.yaml")
-BANDS = tables.data("forecast_bands.yaml")
+TABLES = tables.shipped()
+TABLE = TABLES.forecast
 
 
 def _plan(experiment: str, overrides=(), **kw) -> dict:
-    cfg = compose(experiment, overrides)
-    base, model_file = model_values(cfg.model.name)
-    return plan.build(
-        cfg,
-        base,
-        model_file,
-        tables.data("links.yaml"),
-        tables.data("plan_calibration.yaml"),
-        forecast_table=TABLE,
-        **({"bands": BANDS} | kw),
-    )
+    return plan.build(compose(experiment, overrides), TABLES, plan.Options(**kw))
 
 
 def test_every_parameter_has_a_source_and_a_range_around_its_value():
@@ -40,8 +29,8 @@ def test_every_parameter_has_a_source_and_a_range_around_its_value():
 
 def test_derived_parameters_are_what_the_breakdowns_give():
     """data/forecast.yaml's calibrated values equal a fresh derivation from data/breakdowns.yaml (4 digits)."""
-    measured = tables.data("breakdowns.yaml")
-    derived = calibrate.derive(tables.breakdown_setups(measured), measured, calibrate.fixed(TABLE))
+    measured = TABLES.breakdowns
+    derived = calibrate.derive(validate.breakdown_setups(measured), measured, calibrate.fixed(TABLE))
     marked = {k for k, e in TABLE["params"].items() if e.get("derived")}
     assert set(derived) == marked
     for name, value in derived.items():
@@ -61,7 +50,7 @@ def test_docs_hold_the_table_the_command_prints(validation):
     expected = f"{validate.BEGIN}\n{validate.table(rows, rungs, ordered)}\n{validate.END}"
     assert expected in doc, "docs/plan.md is stale: run `make docs` (scripts/forecast_docs.py)"
     # the band widths `moekit plan` reads are the ones this validation gives
-    assert tables.data("forecast_bands.yaml") == validate.bands(rows), "data/forecast_bands.yaml is stale: `make docs`"
+    assert TABLES.bands == validate.bands(rows), "data/forecast_bands.yaml is stale: `make docs`"
 
 
 def test_bands_cover_at_least_80_percent_of_the_validation_points(validation):
@@ -257,9 +246,7 @@ def test_expected_max_grows_with_participants():
 
 
 def test_search_ranks_layouts_that_fit():
-    cfg = compose("dsv3_blog")
-    base, model_file = model_values(cfg.model.name)
-    rows = search.rank(cfg, base, model_file, tables.data("links.yaml"), TABLE)
+    rows = _plan("dsv3_blog", search=True)["search"]
     assert rows and all(r["device_gib"] <= 279 * 0.88 for r in rows)
     speeds = [r["tokens_per_s_per_device"] for r in rows]
     assert speeds == sorted(speeds, reverse=True)
@@ -278,11 +265,11 @@ def test_cli_prints_the_forecast_and_its_sources():
 
 
 def test_data_files_carry_provenance():
-    measured = tables.data("breakdowns.yaml")
+    measured = TABLES.breakdowns
     for group in ("breakdowns", "steps"):
         for name, entry in measured[group].items():
             assert entry["provenance"]["source"] and entry["provenance"]["date"], name
-    points = tables.data("forecast_points.yaml")
+    points = TABLES.points
     assert all(p["run"] in points["runs"] for p in points["measured"])
     assert all(p["source"] for p in points["published"])
     for path in [*Path(forecast.__file__).parent.glob("*.py"), *tables.DATA.glob("*.yaml")]:
@@ -297,7 +284,7 @@ def test_report_shows_the_forecast_beside_the_measurement(tmp_path):
 
     run = tmp_path / "run"
     shutil.copytree(REPO / "benchmarks" / "h200" / "results" / "2026-12-04_resume" / "plain", run)
-    b = tables.data("breakdowns.yaml")["breakdowns"]["te_gmm_p"]
+    b = TABLES.breakdowns["breakdowns"]["te_gmm_p"]
     buckets = {k: v / 1e3 for k, v in b["buckets_ms"].items() if k != "idle"}
     mean = {
         "window_s": b["step_ms"] / 1e3,

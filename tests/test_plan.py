@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import os
@@ -16,19 +17,19 @@ from conftest import compose, moekit
 from moekit import plan
 from moekit.base.errors import ConfigError
 from moekit.base.maxtext_files import model_values as maxtext_files
-from moekit.plan import memory, network, tables
+from moekit.config.hardware import link_table
+from moekit.plan import inputs, memory, network, tables
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims
-from moekit.plan.tables import data as data_file
 
 GIB = 2**30
-CALIBRATION = data_file("plan_calibration.yaml")
+# the shipped tables without the forecast: the analytic plan and its no-overhead bound alone
+TABLES = dataclasses.replace(tables.shipped(), forecast=None, bands=None)
+CALIBRATION = TABLES.calibration
 
 
 def build(experiment: str | None, overrides=(), **kw) -> dict:
-    cfg = compose(experiment, overrides)
-    base, model_file = maxtext_files(cfg.model.name)
-    return plan.build(cfg, base, model_file, data_file("links.yaml"), CALIBRATION, **kw)
+    return plan.build(compose(experiment, overrides), TABLES, plan.Options(**kw))
 
 
 def dims_values(experiment: str | None, overrides=()):
@@ -194,7 +195,7 @@ def test_fsdp_traffic_crosses_the_network_only_between_slices():
 
 
 def test_weak_scaling_to_the_published_layouts():
-    out = build("dsv3_blog", scale=[128, 1024], compute_tflops=1068)
+    out = build("dsv3_blog", scale=(128, 1024), compute_tflops=1068)
     rows = {r["gpus"]: r for r in out["scaling"]}
     assert set(rows) == {128, 1024}
     assert 0 < rows[1024]["efficiency"] <= rows[128]["efficiency"] <= 1.0
@@ -260,7 +261,7 @@ def test_plan_sends_cross_node_traffic_over_the_network():
     assert fsdp["ici_gb"] + fsdp["dcn_gb"] == pytest.approx((same.ici_bytes + same.dcn_bytes) / 1e9)
     assert fsdp["dcn_gb"] > 10 * same.dcn_bytes / 1e9  # the ICI FSDP stage crosses nodes: InfiniBand, not NVLink
     assert flows["EP dispatch + combine"]["dcn_gb"] == 0.0  # expert axis inside a node
-    links = network.Links.from_table(data_file("links.yaml"), compose("smoke", ["hardware=h100"]).hardware)
+    links = network.Links.from_table(TABLES.links, compose("smoke", ["hardware=h100"]).hardware)
     rate = out["step"]["compute_tflops"]
     as_nvlink = network.step_model(dims, values, dataclasses.replace(mesh, domain=None), links, rate)
     assert out["step"]["step_s"] > 1.5 * as_nvlink.step_s
@@ -294,8 +295,8 @@ FABRIC_RESULT = {
 )
 def test_cli_numbers_out_of_range_are_refused(compute, scale, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        tables.check_numbers(compute, scale)
-    tables.check_numbers(700.0, [128, 1024])  # the documented forms pass
+        inputs.check_numbers(compute, scale)
+    inputs.check_numbers(700.0, [128, 1024])  # the documented forms pass
 
 
 def test_cli_refuses_impossible_numbers_before_composing():
@@ -323,19 +324,22 @@ def test_cli_refuses_impossible_numbers_before_composing():
 def test_a_fabric_record_no_measurement_gives_is_refused(tmp_path, field, value):
     path = tmp_path / "fabric.json"
     path.write_text(json.dumps({"results": [FABRIC_RESULT]}))
-    assert tables.fabric_record(path)["results"] == [FABRIC_RESULT]  # the well-formed record passes
+    assert inputs.fabric_record(path)["results"] == [FABRIC_RESULT]  # the well-formed record passes
     path.write_text(json.dumps({"results": [FABRIC_RESULT, FABRIC_RESULT | {field: value}]}))
     with pytest.raises(ConfigError, match=re.escape(f"results[1].{field}=")):
-        tables.fabric_record(path)
+        inputs.fabric_record(path)
 
 
 def test_a_fabric_record_is_read_up_to_its_bound(tmp_path):
     """A file past the bound is refused by its size, never read whole: here valid JSON after 33 MiB of blank lines."""
     path = tmp_path / "fabric.json"
-    path.write_text("\n" * (tables.FABRIC_MAX_BYTES + 1024) + json.dumps({"results": [FABRIC_RESULT]}))
+    path.write_text("\n" * (inputs.FABRIC_MAX_BYTES + 1024) + json.dumps({"results": [FABRIC_RESULT]}))
     proc = moekit("plan", "experiment=dsv3_blog", "--fabric", str(path))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert "larger than 32 MiB" in proc.stderr
+    # refused before anything is composed: the file, not the config nothing has composed yet, is named
+    proc = moekit("plan", "experiment=dsv3_blog", "model.num_experts=7", "--fabric", str(path))
+    assert proc.returncode == 2 and "larger than 32 MiB" in proc.stderr, proc.stderr
 
 
 def test_search_tries_a_bounded_number_of_layouts_at_any_gpu_count():
@@ -348,7 +352,7 @@ def test_search_tries_a_bounded_number_of_layouts_at_any_gpu_count():
     layouts = search.candidates(cfg, 256)
     assert 50 < len(layouts) <= 600
     assert {d["data"] for _, d in layouts} >= {1, 11340}  # all-FSDP and all-data both tried
-    rows = search.rank(cfg, *maxtext_files(cfg.model.name), data_file("links.yaml"), data_file("forecast.yaml"))
+    rows = plan.build(cfg, tables.shipped(), plan.Options(search=True))["search"]
     assert rows and all("725760 devices" in r["mesh"] for r in rows)
 
 
@@ -364,3 +368,49 @@ def test_a_run_recorded_before_the_row_held_every_fact_still_forecasts():
     then, why_then = versus.run_forecast(old)
     assert now is not None and then is not None, (why_now, why_then)
     assert then.step_s == now.step_s
+
+
+# ---- the data tables: one reader each ----
+
+
+def _file_names_in_code(path: Path, names: set[str]) -> set[str]:
+    """The names of `names` that a module's code (not its docstrings) spells as a string."""
+    tree = ast.parse(path.read_text(), str(path))
+    docs = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs and n.value in names
+    }
+
+
+def test_each_data_table_is_read_in_one_module():
+    """links.yaml was read by config/hardware.py, plan/tables.py and worker/fabric.py, forecast.yaml by three plan
+    modules: now each file of moekit/data is named by one module's code, which the others take it from."""
+    src = Path(plan.__file__).resolve().parents[1]
+    names = {p.name for p in tables.DATA.iterdir()}
+    readers: dict[str, list[str]] = {}
+    for path in sorted(src.rglob("*.py")):
+        for name in _file_names_in_code(path, names):
+            readers.setdefault(name, []).append(str(path.relative_to(src)))
+    assert readers["links.yaml"] == ["config/hardware.py"]
+    assert readers["forecast.yaml"] == ["plan/tables.py"]
+    assert {n: r for n, r in readers.items() if len(r) > 1} == {}
+    # the one value they are read into is what `moekit plan` builds from: the link rates are the hardware's table
+    assert tables.shipped().links is link_table()
+
+
+def test_plan_modules_never_import_the_package_face():
+    """Inside plan/ the arrows run one way: `build` (plan/__init__.py) imports the modules that compute, and none of
+    them imports it back (plan/tables.py called build from below it; a config's setup was reached through it)."""
+    from test_layers import SRC, import_graph
+
+    inside = {(a, b) for a, b in import_graph(SRC) if a.startswith("moekit.plan.") and b.startswith("moekit.plan")}
+    assert {a for a, b in inside if b == "moekit.plan"} == set()
+    assert ("moekit.plan.validate", "moekit.plan.calibrate") in inside  # the graph is really read

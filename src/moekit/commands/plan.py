@@ -62,19 +62,27 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--scale {args.scale!r}: give GPU counts separated by commas, e.g. --scale 128,1024"
         ) from None
+    from moekit import plan
+    from moekit.config.checks import warnings
     from moekit.config.load import load
-    from moekit.plan import forecast, tables, text
+    from moekit.plan import forecast, inputs, tables, text
 
-    tables.check_numbers(args.compute_tflops, scale)
+    inputs.check_numbers(args.compute_tflops, scale)
+    record = inputs.fabric_record(args.fabric)  # refused, if it must be, before anything is composed
     cfg = load(args.overrides, warn=False)  # the plan lists the warnings itself
-    if args.fabric is not None and not args.fabric_any:
-        why = forecast.fabric_mismatch(tables.fabric_record(args.fabric), cfg.hardware.name)
+    if record is not None and not args.fabric_any:
+        why = forecast.fabric_mismatch(record, cfg.hardware.name)
         if why:
             raise ConfigError(
                 f"--fabric {args.fabric}: {why}.\n"
                 f"  fix: give the fabric.json of a run on {cfg.hardware.name} (moekit fabric), or add --fabric-any "
                 "to use these measurements anyway"
             )
-    out = tables.plan_of(cfg, args.compute_tflops, scale, args.fabric, args.search)
+    options = plan.Options(args.compute_tflops, tuple(scale), record, args.search)
+    try:
+        out = plan.build(cfg, tables.shipped(), options)
+    except ValueError as exc:  # a model that cannot be planned
+        raise ConfigError(str(exc)) from None
+    out["config_warnings"] = [str(w) for w in warnings(cfg)]
     print(json.dumps(out, indent=2) if args.format == "json" else text.format_text(out))
     return 0

@@ -36,7 +36,8 @@ def read_yaml(path: Path, what: str) -> Any:
 
 @cache
 def link_table() -> dict[str, dict[str, Any]]:
-    """links.yaml's `links:`: link class -> {gb_per_s (per GPU, one direction), source}."""
+    """links.yaml's `links:`: link class -> {gb_per_s (per GPU, one direction), source}. The one reader of the file:
+    the schema's link classes, the plan's tables (plan/tables.py) and the fabric check's verdict all take it here."""
     path = Path(str(resources.files("moekit") / "data" / "links.yaml"))
     return dict(read_yaml(path, "link table")["links"])
 

@@ -1,39 +1,74 @@
-"""The forecast's setup from a composed config, and the efficiencies derived from measured breakdowns (pure).
+"""The forecast's setup from a composed config, and the efficiencies derived from measured breakdowns (pure apart
+from reading MaxText's base.yml and model file, once per model and process).
 
-`setup` turns a composed config (plus MaxText's resolved keys and the data tables) into what
-plan.forecast.evaluate reads. `derive` computes the efficiencies of data/forecast.yaml from the one-GPU
-breakdowns of data/breakdowns.yaml: each class's measured time over its work on that configuration, with the
-recompute share included (the profiled runs recompute the whole forward, remat_policy=full). The derived
+`values_of` resolves a composed config's MaxText keys, `memory_of` its memory estimate, and `setup` turns the
+config (plus those keys and the link rates) into what plan.forecast.evaluate reads; `setup_of` does all three
+over the plan's data tables (plan.tables.Tables). `derive` computes the efficiencies of data/forecast.yaml from
+the one-GPU breakdowns of data/breakdowns.yaml: each class's measured time over its work on that configuration,
+with the recompute share included (the profiled runs recompute the whole forward, remat_policy=full). The derived
 numbers are written into data/forecast.yaml with their derivation; tests/test_forecast.py checks they agree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
+from moekit.base import maxtext_files
 from moekit.config.schema import Config
 from moekit.plan import memory, network
 from moekit.plan.forecast import Setup, evaluate, work
 from moekit.plan.mesh import Mesh
-from moekit.plan.model import Dims, dtype_bytes
+from moekit.plan.model import Dims, dtype_bytes, maxtext_values
+from moekit.plan.tables import Tables
+from moekit.translate.env import env
+from moekit.translate.maxtext_args import maxtext_args
 
-GIB = memory.GIB
+
+def resolved_values(cfg: Config, base: Mapping[str, Any], model_file: Mapping[str, Any]) -> dict[str, Any]:
+    """MaxText's keys for this config: base.yml < model file < the translated arguments."""
+    args = {a.key: a.value for a in maxtext_args(cfg, "<run.dir>", "<run.dir>/metrics.jsonl")}
+    return maxtext_values(base, model_file, args)
+
+
+@cache
+def _maxtext(model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    return maxtext_files.model_values(model)
+
+
+def values_of(cfg: Config) -> dict[str, Any]:
+    """resolved_values over the installed MaxText's base.yml and model file (read once per model and process)."""
+    return resolved_values(cfg, *_maxtext(cfg.model.name))
+
+
+def memory_of(cfg: Config, values: Mapping[str, Any], dims: Dims, mesh: Mesh, tables: Tables) -> memory.MemoryPlan:
+    """The memory estimate of a composed config, scaled by the calibrated device factor (Tables.calibration)."""
+    factor = float(tables.calibration.get("device_factor", 1.0))
+    hw = cfg.hardware
+    return memory.estimate(dims, values, mesh, hw.hbm_gib, env(cfg), hw.host_gib_per_gpu, factor)
+
+
+def setup_of(cfg: Config, tables: Tables) -> Setup:
+    """The forecast's setup of a composed config (offload bytes and fit from the memory estimate)."""
+    values = values_of(cfg)
+    mem = memory_of(cfg, values, Dims.from_values(values), Mesh.from_config(cfg), tables)
+    return setup(cfg, values, tables.links, mem.total("host"), not mem.warnings)
 
 
 def setup(
     cfg: Config,
     values: Mapping[str, Any],
-    links_table: Mapping[str, Any],
-    table: Mapping[str, Any],
+    links: Mapping[str, Mapping[str, Any]],
     offload_bytes: float = 0.0,
     fits: bool = True,
 ) -> Setup:
-    """The forecast's view of a composed config: shape, mesh, hardware rates, back end, precision, overlap."""
+    """The forecast's view of a composed config: shape, mesh, hardware rates, back end, precision, overlap. `links`:
+    the link classes' rates (plan.tables.Tables.links)."""
     hw = cfg.hardware
     if hw.links is None or hw.hbm_tb_per_s is None or hw.peak_tflops.bf16 is None:
         raise ValueError(f"no forecast for hardware={hw.name}: its row (conf/hardware/{hw.name}.yaml) is not a GPU's")
-    host_gb_s = float(links_table["links"][hw.links.host]["gb_per_s"])
+    host_gb_s = float(links[hw.links.host]["gb_per_s"])
     flags = cfg.xla.flags
     return Setup(
         dims=Dims.from_values(values),
@@ -48,7 +83,7 @@ def setup(
         precision=cfg.precision.name,
         expert_precision=cfg.moe.expert_precision,
         multistream=bool(flags.get("xla_gpu_experimental_enable_collective_multi_streaming")),
-        links=network.Links.from_table(links_table, hw),
+        links=network.Links.from_table(links, hw),
         host_gb_s=host_gb_s,
         offload_bytes=offload_bytes,
         fits=fits,

@@ -38,11 +38,12 @@ class Links:
     """Bytes/s per GPU per direction across domains (the DCN axes, and ICI traffic that leaves the domain)."""
 
     @classmethod
-    def from_table(cls, table: Mapping[str, Any], hardware: Hardware) -> Links | None:
-        """The rates of the hardware row's link classes (their rates: data/links.yaml); None without links (CPU)."""
+    def from_table(cls, classes: Mapping[str, Mapping[str, Any]], hardware: Hardware) -> Links | None:
+        """The rates of the hardware row's link classes (`classes`: link class -> its entry in data/links.yaml);
+        None without links (CPU)."""
         if hardware.links is None:
             return None
-        rate = {name: float(e["gb_per_s"]) * 1e9 for name, e in table["links"].items()}
+        rate = {name: float(e["gb_per_s"]) * 1e9 for name, e in classes.items()}
         return cls(rate[hardware.links.scale_up], rate[hardware.links.scale_out])
 
 

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from moekit.config.schema import Config
-from moekit.plan import calibrate, forecast, memory
+from moekit.plan import forecast, memory
+from moekit.plan.forecast import Param, Setup
 from moekit.plan.mesh import AXES, Mesh
-from moekit.plan.model import Dims, maxtext_values
+from moekit.plan.model import Dims
 from moekit.translate.env import env
-from moekit.translate.maxtext_args import maxtext_args
 
 BATCHES = (1, 2, 3, 4, 6, 8, 10, 12, 16, 24, 32)
 # DCN data-parallel degrees tried per ICI slice: every divisor of the slice count would make the search grow with
@@ -63,22 +63,15 @@ def _spread(choices: list[int], k: int) -> list[int]:
 
 
 def rank(
-    cfg: Config,
-    base: Mapping[str, Any],
-    model_file: Mapping[str, Any],
-    links_table: Mapping[str, Any],
-    table: Mapping[str, Any],
-    top: int = 12,
-    fabric: Mapping[str, Any] | None = None,
+    cfg: Config, su0: Setup, params: Mapping[str, Param], device_factor: float, top: int = 12
 ) -> list[dict[str, Any]]:
-    """The `top` layouts that fit, best forecast first (`fabric`: a run's fabric.json for the link fractions)."""
-    args = {a.key: a.value for a in maxtext_args(cfg, "<run.dir>", "<run.dir>/metrics.jsonl")}
-    values0 = maxtext_values(base, model_file, args)
-    params = forecast.params_from(table, fabric)
+    """The `top` layouts that fit, best forecast first. `su0`: the forecast's setup of the config as composed (its
+    MaxText keys, rates and back end; each layout replaces the shape, mesh and offload); `params`: the forecast's
+    parameters (plan.forecast.params_from, with a run's fabric.json where given); `device_factor`: the memory
+    estimate's calibration (data/plan_calibration.yaml)."""
+    values0 = su0.values
     central = {k: q.value for k, q in params.items()}
-    su0 = calibrate.setup(cfg, values0, links_table, table)
     host = cfg.hardware.host_gib_per_gpu
-    factor = 1.17
     biggest = max(2 * float(cfg.train.per_device_batch_size), 1.0)
     rows = []
     for ici, dcn in candidates(cfg, int(values0.get("num_experts", 1))):
@@ -87,7 +80,7 @@ def rank(
             keys = {f"ici_{a}_parallelism": ici[a] for a in AXES} | {f"dcn_{a}_parallelism": dcn[a] for a in AXES}
             values = {**values0, **keys, "per_device_batch_size": batch}
             dims = Dims.from_values(values)
-            mem = memory.estimate(dims, values, mesh, cfg.hardware.hbm_gib, env(cfg), host, factor)
+            mem = memory.estimate(dims, values, mesh, cfg.hardware.hbm_gib, env(cfg), host, device_factor)
             if mem.warnings:
                 continue
             su = dataclasses.replace(su0, dims=dims, values=values, mesh=mesh, offload_bytes=mem.total("host"))

@@ -1,181 +1,51 @@
-"""The data files the forecast reads (moekit/data), a config's forecast setup from its overrides, and a config's
-whole plan from them (`moekit plan`)."""
+"""The plan's data tables (moekit/data), read in this one place into one value, `Tables`, that the plan's functions
+take: `shipped()` reads them once per process."""
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from moekit.base import maxtext_files
-from moekit.base.errors import ConfigError
-from moekit.config.checks import warnings
-from moekit.config.hardware import read_yaml
-from moekit.config.load import load
-from moekit.config.schema import Config
-from moekit.plan import memory
-from moekit.plan.calibrate import setup
-from moekit.plan.forecast import Setup
-from moekit.plan.mesh import Mesh
-from moekit.plan.model import Dims, maxtext_values
-from moekit.translate.env import env
-from moekit.translate.maxtext_args import maxtext_args
+from moekit.config.hardware import link_table, read_yaml
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
 
-@cache
 def data(name: str) -> dict[str, Any]:
-    """A YAML file shipped in moekit/data, parsed (cached: read once per process; at most 1 MiB, as every row table)."""
+    """A YAML file shipped in moekit/data, parsed (at most 1 MiB, as every row table)."""
     return read_yaml(DATA / name, "data file")
 
 
+@dataclass(frozen=True, slots=True)
+class Tables:
+    """The facts a plan is built from, besides the config and MaxText's own files."""
+
+    links: Mapping[str, Mapping[str, Any]]
+    """Link class -> {gb_per_s (per GPU, one direction), source}: data/links.yaml, read by config/hardware.py."""
+    calibration: Mapping[str, Any]
+    """data/plan_calibration.yaml: the memory estimate's device factor and the peaks it was calibrated on."""
+    forecast: Mapping[str, Any] | None
+    """data/forecast.yaml: the forecast's parameters; None: no forecast, the no-overhead bound alone."""
+    bands: Mapping[str, Any] | None
+    """data/forecast_bands.yaml: the calibration points and the band's width per domain; None: the parameters' band."""
+    points: Mapping[str, Any]
+    """data/forecast_points.yaml: the measured and published points the forecast is validated on."""
+    breakdowns: Mapping[str, Any]
+    """data/breakdowns.yaml: the measured one-GPU breakdowns the forecast's efficiencies are derived from."""
+
+
 @cache
-def _maxtext(model: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    return maxtext_files.model_values(model)
-
-
-def values_of(cfg: Config) -> dict[str, Any]:
-    """MaxText's keys for this config: base.yml < model file < the translated arguments."""
-    base, model_file = _maxtext(cfg.model.name)
-    args = {a.key: a.value for a in maxtext_args(cfg, "<run.dir>", "<run.dir>/metrics.jsonl")}
-    return maxtext_values(base, model_file, args)
-
-
-def setup_of(cfg: Config) -> Setup:
-    """The forecast's setup of a composed config (offload bytes and fit from the memory estimate)."""
-    values = values_of(cfg)
-    links = data("links.yaml")
-    mem = memory.estimate(
-        Dims.from_values(values),
-        values,
-        Mesh.from_config(cfg),
-        cfg.hardware.hbm_gib,
-        env(cfg),
-        cfg.hardware.host_gib_per_gpu,
-        float(data("plan_calibration.yaml").get("device_factor", 1.0)),
+def shipped() -> Tables:
+    """The tables shipped in the package, read once per process (scripts/forecast_docs.py clears the cache after it
+    rewrites forecast.yaml)."""
+    return Tables(
+        links=link_table(),
+        calibration=data("plan_calibration.yaml"),
+        forecast=data("forecast.yaml"),
+        bands=data("forecast_bands.yaml"),
+        points=data("forecast_points.yaml"),
+        breakdowns=data("breakdowns.yaml"),
     )
-    return setup(cfg, values, links, data("forecast.yaml"), mem.total("host"), not mem.warnings)
-
-
-def compose_setup(overrides: Sequence[str]) -> tuple[Config, Setup]:
-    """Compose `overrides` (every check passed) and return the config with its forecast setup."""
-    cfg = load(list(overrides), warn=False)
-    return cfg, setup_of(cfg)
-
-
-def breakdown_setups(measured: Mapping[str, Any]) -> dict[str, Setup]:
-    """The setups of every configuration data/breakdowns.yaml measured (breakdowns and single step times)."""
-    out = {}
-    for group in ("breakdowns", "steps"):
-        for name, entry in measured[group].items():
-            out[name] = compose_setup(entry["overrides"])[1]
-    return out
-
-
-FABRIC_MAX_BYTES = 32 << 20  # a fabric.json lists every rank's times: about 2 MB at 1,024 GPUs, so 16k GPUs fit
-MAX_RATIO = 1.5  # measured bus bandwidth over the link's nominal rate: beyond this it measured something else
-MAX_GPUS = 1 << 20  # --scale and the searched GPU count: a million GPUs is beyond any cluster built
-
-
-def fabric_record(path: Path | None) -> dict[str, Any] | None:
-    """A run's fabric.json (`--fabric PATH`, at most FABRIC_MAX_BYTES), parsed, each result's numbers checked; None
-    without a path."""
-    if path is None:
-        return None
-    fix = "  fix: give the fabric.json of a run directory (moekit fabric / train write it)"
-    try:
-        with path.open("rb") as f:
-            raw = f.read(FABRIC_MAX_BYTES + 1)
-        if len(raw) > FABRIC_MAX_BYTES:
-            raise ValueError(f"larger than {FABRIC_MAX_BYTES >> 20} MiB, more than any fabric.json holds")
-        record = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--fabric {path}: cannot read it as fabric.json ({exc}).\n{fix}") from None
-    if not isinstance(record, dict) or not record.get("results"):
-        raise ConfigError(f"--fabric {path}: no measured results in it; the fabric check must have run to its end")
-    results = record["results"]
-    wrong = [] if isinstance(results, list) else ["results: not a list"]
-    for i, r in enumerate(results if not wrong else []):
-        wrong += [f"results[{i}].{w}" for w in _result_problems(r)]
-    if wrong:
-        raise ConfigError(
-            f"--fabric {path}: not what the fabric check writes: {'; '.join(wrong[:3])}"
-            + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "")
-            + f".\n{fix}"
-        )
-    return record
-
-
-def _result_problems(r: object) -> list[str]:
-    """What is impossible in one fabric.json result: a time, size or ratio out of what a measurement gives."""
-    if not isinstance(r, dict):
-        return ["not a mapping"]
-
-    def number(key: str, low: float, high: float, none_ok: bool) -> list[str]:
-        v = r.get(key)
-        if v is None and none_ok:
-            return []
-        if isinstance(v, bool) or not isinstance(v, int | float) or not low < v <= high:
-            return [f"{key}={v!r}: want a number above {low:g} and at most {high:g}"]
-        return []
-
-    return number("size_bytes", 0, 2**40, False) + number("time_s", 0, 3600, True) + number("ratio", 0, MAX_RATIO, True)
-
-
-def check_numbers(compute_tflops: float | None, scale: Sequence[int]) -> None:
-    """Refuse `moekit plan`'s command-line numbers that no hardware has: a compute rate that is not a positive finite
-    TFLOP/s, GPU counts under 1 or beyond MAX_GPUS (before anything is composed)."""
-    if compute_tflops is not None and not (math.isfinite(compute_tflops) and compute_tflops > 0):
-        raise ConfigError(
-            f"--compute-tflops {compute_tflops:g}: a device computes at a positive, finite rate.\n"
-            "  fix: give the TFLOP/s one device reaches while computing, e.g. --compute-tflops 700, or leave it out "
-            "for the datasheet peak"
-        )
-    bad = [n for n in scale if not 1 <= n <= MAX_GPUS]
-    if bad:
-        raise ConfigError(
-            f"--scale {','.join(map(str, bad))}: a GPU count is from 1 to {MAX_GPUS:,}.\n"
-            "  fix: give GPU counts separated by commas, e.g. --scale 128,1024"
-        )
-    if len(scale) > 64:
-        raise ConfigError(f"--scale: {len(scale)} GPU counts; give at most 64")
-
-
-def plan_of(
-    cfg: Config,
-    compute_tflops: float | None = None,
-    scale: Sequence[int] = (),
-    fabric: Path | None = None,
-    search: bool = False,
-) -> dict[str, Any]:
-    """`moekit plan`'s data for a composed config: plan.build over the shipped data files, the ranked layouts with
-    `search`, and the config's warnings. A model that cannot be planned is a ConfigError."""
-    from moekit import plan
-    from moekit.plan import search as layouts
-
-    base, model_file = _maxtext(cfg.model.name)
-    record = fabric_record(fabric)
-    try:
-        out = plan.build(
-            cfg,
-            base,
-            model_file,
-            data("links.yaml"),
-            data("plan_calibration.yaml"),
-            compute_tflops,
-            scale,
-            data("forecast.yaml"),
-            record,
-            data("forecast_bands.yaml"),
-        )
-        if search:
-            links, table = data("links.yaml"), data("forecast.yaml")
-            out["search"] = layouts.rank(cfg, base, model_file, links, table, fabric=record)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    out["config_warnings"] = [str(w) for w in warnings(cfg)]
-    return out

@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from moekit.config.load import load
+from moekit.config.schema import Config
 from moekit.plan import calibrate, domain, tables
 from moekit.plan.forecast import Forecast, Setup, efficiency, forecast, grown, params_from
 
@@ -59,9 +61,24 @@ class Row:
         return self.low <= self.measured <= self.high
 
 
+def compose_setup(overrides: Sequence[str]) -> tuple[Config, Setup]:
+    """Compose `overrides` (every check passed) and return the config with its forecast setup."""
+    cfg = load(list(overrides), warn=False)
+    return cfg, calibrate.setup_of(cfg, tables.shipped())
+
+
+def breakdown_setups(measured: Mapping[str, Any]) -> dict[str, Setup]:
+    """The setups of every configuration data/breakdowns.yaml measured (breakdowns and single step times)."""
+    out = {}
+    for group in ("breakdowns", "steps"):
+        for name, entry in measured[group].items():
+            out[name] = compose_setup(entry["overrides"])[1]
+    return out
+
+
 @cache
 def _composed(overrides: tuple[str, ...]) -> tuple[Setup, domain.Position]:
-    cfg, su = tables.compose_setup(list(overrides))
+    cfg, su = compose_setup(list(overrides))
     return su, domain.position(cfg, su.values, su.dims, su.mesh.devices)
 
 
@@ -74,7 +91,7 @@ def anchors() -> list[dict[str, Any]]:
     """The calibration points (one per configuration, the first named): name, run, measured step_s, overrides,
     position. What the forecast's domain is measured from."""
     out: dict[str, dict[str, Any]] = {}
-    for p in tables.data("forecast_points.yaml")["measured"]:
+    for p in tables.shipped().points["measured"]:
         if not p.get("calibration"):
             continue
         pos = _composed(tuple(p["overrides"]))[1].to_dict()
@@ -98,8 +115,8 @@ def _place(pos: domain.Position, marks: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _raw_rows() -> list[Row]:
-    points = tables.data("forecast_points.yaml")
-    params = params_from(tables.data("forecast.yaml"))
+    shipped = tables.shipped()
+    points, params = shipped.points, params_from(shipped.forecast)
     marks = anchors()
     out = []
     for p in points["measured"]:
@@ -190,8 +207,8 @@ def bands(rs: Sequence[Row]) -> dict[str, Any]:
 def ladder() -> tuple[list[tuple[str, float, bool]], bool]:
     """The ladder's rungs with their forecast TFLOP/s and whether they fit memory, and whether each rung beats the
     one before."""
-    points = tables.data("forecast_points.yaml")["ladder"]
-    params = params_from(tables.data("forecast.yaml"))
+    shipped = tables.shipped()
+    points, params = shipped.points["ladder"], params_from(shipped.forecast)
     rungs = []
     for name in points["experiments"]:
         su, f, _ = _fc([f"experiment={name}"], params)
@@ -226,7 +243,7 @@ def table(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) ->
     rung_text = " -> ".join(
         f"{n.removeprefix('dsv3_ladder_')} {t:.0f}" + ("" if fits else " (does not fit memory)") for n, t, fits in rungs
     )
-    runs = tables.data("forecast_points.yaml")["runs"]
+    runs = tables.shipped().points["runs"]
     lines += [
         "",
         "Measured runs (one GPU each, an H200 unless the run names an H100; s/step is the steady median of "
@@ -271,13 +288,12 @@ def _domain_cell(r: Row) -> str:
     return f"{domain.LEVELS[r.level]} +-{r.width:.1%}"
 
 
-def recalibrate() -> tuple[str, dict[str, float]]:
-    """data/forecast.yaml's text with the derived parameters recomputed from data/breakdowns.yaml."""
-    measured = tables.data("breakdowns.yaml")
-    setups = tables.breakdown_setups(measured)
-    table_ = tables.data("forecast.yaml")
-    derived = calibrate.derive(setups, measured, calibrate.fixed(table_))
-    return calibrate.rewrite((tables.DATA / "forecast.yaml").read_text(), derived), derived
+def recalibrate(text: str) -> tuple[str, dict[str, float]]:
+    """data/forecast.yaml's `text` with the derived parameters recomputed from data/breakdowns.yaml, and those
+    parameters (scripts/forecast_docs.py reads and writes the file)."""
+    measured, table_ = tables.shipped().breakdowns, tables.shipped().forecast
+    derived = calibrate.derive(breakdown_setups(measured), measured, calibrate.fixed(table_))
+    return calibrate.rewrite(text, derived), derived
 
 
 def as_json(rs: list[Row], rungs: list[tuple[str, float, bool]], ordered: bool) -> dict[str, Any]:

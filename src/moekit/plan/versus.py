@@ -16,7 +16,7 @@ from moekit.base.errors import ConfigError
 from moekit.config import hardware
 from moekit.config.compose import config_dir
 from moekit.config.schema import Config
-from moekit.plan import tables
+from moekit.plan import calibrate, tables
 from moekit.plan.forecast import Forecast, forecast, params_from
 
 # forecast part -> the profile buckets (observe/profiles/profile_rules.py) that measure it
@@ -44,10 +44,11 @@ def run_forecast(config: Mapping[str, Any]) -> tuple[Forecast | None, str]:
     if cfg.hardware.platform != "gpu":
         return None, f"no forecast for hardware={cfg.hardware.name}"
     try:
-        su = tables.setup_of(cfg)
+        shipped = tables.shipped()
+        su = calibrate.setup_of(cfg, shipped)
     except (ValueError, KeyError) as exc:
         return None, str(exc)
-    return forecast(su, params_from(tables.data("forecast.yaml"))), ""
+    return forecast(su, params_from(shipped.forecast)), ""
 
 
 def _row(name: str, summary: Mapping[str, Any], f: Forecast | None, why: str) -> list[str]:

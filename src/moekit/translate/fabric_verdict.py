@@ -64,15 +64,15 @@ def link_names(platform: str) -> dict[str, str]:
     return {SCALE_UP: "within a node", SCALE_OUT: "across nodes"}
 
 
-def expected_rates(table: Mapping[str, Any], links: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
-    """Per link class the rate `moekit plan` assumes (GB/s per GPU, one direction, from links.yaml: the entries
-    plan.network.Links.from_table reads) for the hardware row's `links` and its source; empty without links (CPU:
-    nothing to compare with). Read here rather than through plan, which the worker would import before it starts."""
+def expected_rates(classes: Mapping[str, Any], links: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
+    """Per link class the rate `moekit plan` assumes (GB/s per GPU, one direction; `classes`: link class -> its
+    entry in links.yaml, config.hardware.link_table) for the hardware row's `links` and its source; empty without
+    links (CPU: nothing to compare with)."""
     if not links:
         return {}
     out = {}
     for cls in (SCALE_UP, SCALE_OUT):
-        link = table["links"][links[cls]]
+        link = classes[links[cls]]
         out[cls] = {"gb_per_s": link["gb_per_s"], "link": links[cls], "source": link["source"]}
     return out
 

@@ -20,12 +20,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from moekit.config.hardware import link_table
 from moekit.translate import fabric_verdict as fv
 
 FABRIC_ENV = fv.FABRIC_ENV
@@ -43,13 +43,6 @@ class FabricFailure(Exception):
     def __init__(self, problems: list[dict[str, Any]]):
         super().__init__(problems[0]["what"] if problems else "fabric check failed")
         self.problems = problems
-
-
-def links_table() -> dict[str, Any]:
-    """The link rates `moekit plan` assumes (data/links.yaml, shipped in the package)."""
-    import yaml
-
-    return yaml.safe_load((resources.files("moekit") / "data" / "links.yaml").read_text(encoding="utf8"))
 
 
 def _client():
@@ -309,7 +302,7 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
     rank, n = jax.process_index(), jax.process_count()
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
     mesh_sizes = {a: spec["ici"][a] * spec["dcn"][a] for a in fv.AXES}
-    expected = fv.expected_rates(links_table(), spec.get("links"))
+    expected = fv.expected_rates(link_table(), spec.get("links"))
     record = _new_record(spec, len(devices), n, mesh_sizes, expected)
     plan = fv.collectives(mesh_sizes)
     if len(devices) == 1 or not plan:
