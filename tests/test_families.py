@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from conftest import REPO, compose, losses, moekit
+from moekit.base.errors import ConfigError
 from moekit.base.maxtext_files import model_values
 from moekit.checkpoint.model.architecture import HF_FAMILIES
 from moekit.config.checks import problems
@@ -41,7 +42,11 @@ TINY = [f.tiny for f in FAMILIES.values()]
 
 
 def test_the_schema_choices_are_the_rows():
+    """schema.DecoderBlock is read from the rows; another block is refused, naming every row's."""
     assert typing.get_args(DecoderBlock) == tuple(FAMILIES)
+    with pytest.raises(ConfigError) as refused:
+        compose("smoke", ["model.decoder_block=nosuch"])
+    assert all(f"'{block}'" in str(refused.value) for block in FAMILIES), str(refused.value)
 
 
 def test_every_model_option_is_of_a_family_and_every_family_has_its_files():
@@ -59,6 +64,18 @@ def test_every_model_option_is_of_a_family_and_every_family_has_its_files():
         assert all(compose(e).model.decoder_block == f.decoder_block for e in f.layouts), f.decoder_block
 
 
+def test_every_layout_has_its_one_gpu_proxy():
+    """A row names one proxy experiment per layout (the per-GPU share test_proxies_keep_the_layouts_per_gpu_experts
+    checks): its file exists and it runs the family on one GPU."""
+    experiments = group_options("experiment")
+    for f in FAMILIES.values():
+        assert len(f.proxies) == len(f.layouts), f"{f.decoder_block}: one proxy per layout ({f.layouts})"
+        for proxy in f.proxies:
+            assert proxy in experiments, f"{f.decoder_block}: conf/experiment/{proxy}.yaml is missing"
+            cfg = compose(proxy)
+            assert (cfg.model.decoder_block, cfg.num_devices) == (f.decoder_block, 1), proxy
+
+
 def test_the_adapting_guide_has_a_line_per_family():
     guide = (REPO / "docs" / "adapting.md").read_text()
     for f in FAMILIES.values():
@@ -71,27 +88,39 @@ def test_the_adapting_guide_has_a_line_per_family():
 
 
 def test_the_hugging_face_side_is_the_rows():
-    """architecture.HF_FAMILIES, the parity references and tests/reference/hf_tiny.py's configs are the rows' hf."""
+    """Each row's hf entry that MaxText can convert has its parity reference (a name, a tiny config of its
+    model_type, the full-size option it is imported as); architecture.from_hf reads each entry's model_type."""
+    from moekit.checkpoint.model.architecture import from_hf
+
     hf = [(h, f) for f in FAMILIES.values() for h in f.hf]
     assert HF_FAMILIES == {h.model_type: f.decoder_block for h, f in hf}
-    tiny_source = (REPO / "tests" / "reference" / "hf_tiny.py").read_text()
-    configs = set(re.findall(r'^    "(\w+)": _COMMON$|^CONFIGS\["(\w+)"\] = ', tiny_source, flags=re.M))
-    assert {a or b for a, b in configs} == {h.tiny for h, _ in hf if h.tiny}
+    assert len({h.tiny for h, _ in hf if h.tiny}) == len([h for h, _ in hf if h.tiny]), "parity names repeat"
     for h, f in hf:
         assert h.option in {"", *(p.option for p in f.full_size)}, h
-        assert bool(h.tiny) == bool(h.option), h
-        assert h.tiny is None or f'"model_type": "{h.model_type}"' in tiny_source, h
+        assert bool(h.mapping) == bool(h.tiny) == bool(h.tiny_config) == bool(h.option), h
+        if h.tiny_config:
+            assert h.tiny_config["model_type"] == h.model_type, h
+            assert from_hf(h.tiny_config)["layers"] == 2, h
+
 
 
 
 def test_every_hugging_face_model_type_has_a_mapping_or_a_reason():
-    """A row's model_type is in checkpoint/model/hf.py's MAPPING_KEYS (the MaxText mapping import/export convert
-    with) or in NO_MAPPING (the reason import gives), never both or neither; a per-expert mapping is a mapped one."""
+    """A row's hf entry names MaxText's mapping (one MaxText has: a PARAM_MAPPING, HOOK_FNS and HF_SHAPE key) or the
+    reason there is none, never both or neither; checkpoint/model/hf.py's tables are read from them."""
+    from maxtext.checkpoint_conversion.utils.hf_shape import HF_SHAPE
+    from maxtext.checkpoint_conversion.utils.param_mapping import HOOK_FNS, PARAM_MAPPING
+
     from moekit.checkpoint.model.hf import MAPPING_KEYS, NO_MAPPING, PER_EXPERT
 
-    types = {h.model_type for f in FAMILIES.values() for h in f.hf}
-    assert set(MAPPING_KEYS) | set(NO_MAPPING) == types and not set(MAPPING_KEYS) & set(NO_MAPPING)
-    assert PER_EXPERT <= set(MAPPING_KEYS.values())
+    entries = [h for f in FAMILIES.values() for h in f.hf]
+    for h in entries:
+        assert bool(h.mapping) != bool(h.no_mapping), f"{h.model_type}: a mapping or the reason there is none"
+        assert not h.mapping or h.mapping in set(PARAM_MAPPING) & set(HOOK_FNS) & set(HF_SHAPE), h.mapping
+        assert h.mapping or not h.per_expert, h.model_type
+    assert set(MAPPING_KEYS) | set(NO_MAPPING) == {h.model_type for h in entries}
+    assert not set(MAPPING_KEYS) & set(NO_MAPPING) and PER_EXPERT <= set(MAPPING_KEYS.values())
+
 
 def test_no_module_tells_families_apart_by_name():
     # checkpoint/model/architecture.py's from_hf branches on Hugging Face's model_type (HF_FAMILIES' keys), three of
@@ -270,13 +299,7 @@ def test_every_family_climbs_the_ladder(case, ladder_verdicts):
 
 def test_proxies_keep_the_layouts_per_gpu_experts():
     """A proxy has the full layer widths and the per-GPU expert count of its family's layout."""
-    pairs = {
-        "qwen3_235b_proxy_h200": "qwen3_235b_64gpu",
-        "mixtral_8x22b_proxy_h200": "mixtral_8x22b_32gpu",
-        "dsv2_lite_proxy_h200": "dsv2_lite_8gpu",
-        "gpt_oss_120b_proxy_h200": "gpt_oss_120b_16gpu",
-        "llama4_maverick_proxy_h200": "llama4_maverick_64gpu",
-    }
+    pairs = {proxy: layout for f in FAMILIES.values() for proxy, layout in zip(f.proxies, f.layouts, strict=True)}
     for proxy, layout in pairs.items():
         p, full = compose(proxy), compose(layout)
         ep = full.ici_filled["expert"] * full.parallelism.dcn.expert

@@ -21,15 +21,8 @@ from typing import Any
 
 from moekit.config.families import FAMILIES, Family
 
-# MaxText's decoder block for each Hugging Face model_type moekit has a family for.
-HF_FAMILIES = {
-    "deepseek_v3": "deepseek",
-    "deepseek_v2": "deepseek",
-    "qwen3_moe": "qwen3_moe",
-    "mixtral": "mixtral",
-    "gpt_oss": "gpt_oss",
-    "llama4_text": "llama4",
-}
+# MaxText's decoder block for each Hugging Face model_type moekit has a family for (the rows' hf).
+HF_FAMILIES = {h.model_type: f.decoder_block for f in FAMILIES.values() for h in f.hf}
 
 # moe.py get_topk: group-limited routing runs only for these model names (deepseek_routing).
 _GROUP_ROUTING_MODELS = ("deepseek3", "deepseek4", "kimi-k2")
@@ -257,7 +250,7 @@ def from_hf(c: Mapping[str, Any]) -> dict[str, Any]:
             "sliding_window": int(c["sliding_window"]),
             "sliding_layers": tuple(i for i, t in enumerate(types) if t == "sliding_attention"),
         }
-    else:  # llama4_text
+    elif kind == "llama4_text":
         step = int(c.get("interleave_moe_layer_step") or 1)
         moe_layers = c.get("moe_layers")
         a["moe_layers"] = tuple(moe_layers) if moe_layers is not None else tuple(range(step - 1, n, step))
@@ -279,6 +272,8 @@ def from_hf(c: Mapping[str, Any]) -> dict[str, Any]:
             "nope_layers": tuple(nope),
             "temperature_tuning": bool(c.get("attn_temperature_tuning", False)),
         }
+    else:  # a family row's model_type this reading does not know yet
+        raise ValueError(f"model_type {kind!r}: from_hf has no reading of its config.json (architecture.py)")
     if len(a["moe_layers"]) < n:
         a["dense_ffn"] = int(c["intermediate_size_mlp"] if kind == "llama4_text" else c["intermediate_size"])
     a |= _rope_hf(c, kind)
