@@ -61,6 +61,7 @@ recipes: venv  ## regenerate docs/recipes/ from each experiment's config (tests/
 docs: venv  ## regenerate every generated doc and data file: the forecast's (scripts/forecast_docs.py), then recipes
 	$(PY) scripts/forecast_docs.py
 	$(PY) scripts/recipes.py
+	$(PY) scripts/families_docs.py
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check src tests

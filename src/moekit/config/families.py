@@ -55,6 +55,25 @@ class HfModel:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """A full-size model of the family laid out on a cluster, and its one-GPU proxy: a line of docs/adapting.md's
+    family table (scripts/families_docs.py writes it from these and the composed experiments)."""
+
+    experiment: str
+    """The conf/experiment laying it out on a cluster (it climbs the shared ladder: tests/test_families.py)."""
+    proxy: str
+    """The conf/experiment of its per-GPU share on one H200: full layer widths, the experts one GPU holds."""
+    model: str
+    """The published model's name, as the guide names it."""
+    options: tuple[str, ...]
+    """The full-size conf/model options this layout runs (each passes both validators on it)."""
+    routing: str
+    """Its routing in words, for the guide."""
+    tiny: str
+    """The family's tiny conf/model option closest to it (the tiny or a reduced one)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Family:
     """What MaxText's decoder for one MoE family reads, accepts and refuses."""
 
@@ -111,11 +130,8 @@ class Family:
     """The decoder reads temperature_tuning: attention temperature scaled with position (llama4.py)."""
     tiny: str
     """Its conf/model option small enough to train on CPU (tests/test_families.py trains each)."""
-    layouts: tuple[str, ...]
-    """Its conf/experiment files laying a full-size model out on a cluster (each climbs the shared ladder)."""
-    proxies: tuple[str, ...]
-    """Its one-GPU proxy experiments, one per layout in layouts' order: the layout's per-GPU share (full layer
-    widths, the experts one GPU holds) on one H200 (conf/experiment/<name>.yaml)."""
+    layouts: tuple[Layout, ...]
+    """Its layouts of full-size models on a cluster, each with its one-GPU proxy (docs/adapting.md's table)."""
     reduced: tuple[str, ...]
     """Its other conf/model options that are no published model: the one-GPU proxies (full layer widths, few layers
     and experts: the *_proxy_h200 experiments) and any further tiny one (deepseek3_tiny, the smoke model's)."""
@@ -246,8 +262,14 @@ FAMILIES: dict[str, Family] = {
             group_routing=True,
             selection_bias=True,
             tiny="deepseek2_tiny",
-            layouts=("dsv3_baseline", "dsv2_lite_8gpu"),
-            proxies=("dsv3_proxy_h200", "dsv2_lite_proxy_h200"),
+            layouts=(
+                Layout(experiment="dsv3_baseline", proxy="dsv3_proxy_h200", model="DeepSeek-V3",
+                       options=("deepseek3_671b",), routing="sigmoid, selection bias, top-8 x 2.5, 1 shared",
+                       tiny="deepseek3_tiny"),
+                Layout(experiment="dsv2_lite_8gpu", proxy="dsv2_lite_proxy_h200", model="DeepSeek-V2-Lite",
+                       options=("deepseek2_16b",), routing="softmax over all experts, top-6 unnormalized, 2 shared",
+                       tiny="deepseek2_tiny"),
+            ),
             reduced=("deepseek3_tiny", "deepseek3_proxy", "deepseek2_proxy"),
             full_size=(
                 Published(option="deepseek3_671b", total_params=671e9, source="DeepSeek-V3 technical report "
@@ -270,8 +292,11 @@ FAMILIES: dict[str, Family] = {
             "(Qwen3's routing)",
             qk_norm_always=True,
             tiny="qwen3_moe_tiny",
-            layouts=("qwen3_235b_64gpu",),
-            proxies=("qwen3_235b_proxy_h200",),
+            layouts=(
+                Layout(experiment="qwen3_235b_64gpu", proxy="qwen3_235b_proxy_h200", model="Qwen3-MoE",
+                       options=("qwen3_30b_a3b", "qwen3_235b_a22b"),
+                       routing="softmax of the top-8 logits, `norm_topk_prob`", tiny="qwen3_moe_tiny"),
+            ),
             reduced=("qwen3_moe_proxy",),
             full_size=(
                 Published(option="qwen3_30b_a3b", total_params=30.5e9, source="Qwen3-30B-A3B model card: 30.5B total"),
@@ -288,8 +313,11 @@ FAMILIES: dict[str, Family] = {
             models="mixtral-8x7b, mixtral-8x22b",
             reads=COMMON | {"norm_topk_prob"},
             tiny="mixtral_tiny",
-            layouts=("mixtral_8x22b_32gpu",),
-            proxies=("mixtral_8x22b_proxy_h200",),
+            layouts=(
+                Layout(experiment="mixtral_8x22b_32gpu", proxy="mixtral_8x22b_proxy_h200", model="Mixtral",
+                       options=("mixtral_8x7b", "mixtral_8x22b"), routing="softmax of the top-2 logits",
+                       tiny="mixtral_tiny"),
+            ),
             reduced=("mixtral_proxy",),
             full_size=(
                 Published(option="mixtral_8x7b", total_params=46.7e9, source="Mixtral of Experts (arXiv 2401.04088): "
@@ -317,8 +345,11 @@ FAMILIES: dict[str, Family] = {
             activation_limit=True,
             sliding_every_other_layer=True,
             tiny="gpt_oss_tiny",
-            layouts=("gpt_oss_120b_16gpu",),
-            proxies=("gpt_oss_120b_proxy_h200",),
+            layouts=(
+                Layout(experiment="gpt_oss_120b_16gpu", proxy="gpt_oss_120b_proxy_h200", model="gpt-oss",
+                       options=("gpt_oss_20b", "gpt_oss_120b"),
+                       routing="softmax of the top-4 logits, router bias; attention sinks", tiny="gpt_oss_tiny"),
+            ),
             reduced=("gpt_oss_proxy",),
             full_size=(
                 Published(option="gpt_oss_20b", total_params=21e9, source="OpenAI gpt-oss model card: 21B total"),
@@ -346,8 +377,12 @@ FAMILIES: dict[str, Family] = {
             nope_layers=True,
             temperature_tuning=True,
             tiny="llama4_tiny",
-            layouts=("llama4_maverick_64gpu",),
-            proxies=("llama4_maverick_proxy_h200",),
+            layouts=(
+                Layout(experiment="llama4_maverick_64gpu", proxy="llama4_maverick_proxy_h200", model="Llama 4",
+                       options=("llama4_scout", "llama4_maverick"),
+                       routing="top-1 logit through a sigmoid, 1 shared; Maverick: every 2nd layer MoE",
+                       tiny="llama4_tiny"),
+            ),
             reduced=("llama4_proxy",),
             full_size=(
                 Published(option="llama4_scout", total_params=109e9, source="Meta Llama 4 model card: 109B total"),
