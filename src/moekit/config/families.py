@@ -2,11 +2,12 @@
 
 Each fact names the MaxText code it was read from (maxtext/configs/types.py validation, maxtext/layers/moe.py
 routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data, read by the
-family checks (config/checks/family.py) and by the architecture read from MaxText's keys
-(checkpoint/model/architecture.py).
-Adding a family (docs/extending.md): its conf/model options, its row here, the schema's choice (schema.DecoderBlock),
-its layout experiment and its line in docs/adapting.md; tests/test_families.py ties them. The tests' lists of
-full-size models, published parameter counts and Hugging Face parity references are read from the rows.
+family checks (config/checks/family.py), by the schema (its DecoderBlock choice) and by the Hugging Face side
+(checkpoint/model/: HF_FAMILIES, the MaxText mapping of each model_type; tests/reference/: the tiny parity references).
+Adding a family (docs/extending.md): its conf/model options, its row here, its layout and proxy experiments and its
+reading in checkpoint/model/architecture.py; tests/test_families.py ties them. docs/adapting.md's family table
+(scripts/families_docs.py) and the tests' lists of full-size models, published parameter counts and parity
+references are read from the rows.
 """
 
 from __future__ import annotations
