@@ -1,5 +1,6 @@
 """Regenerate docs/adapting.md's family table from the family rows (src/moekit/config/families.py): one line per
-layout, its cluster and mesh and its proxy's experts read from the composed experiments.
+layout, its cluster and mesh and its proxy's model option and experts read from the experiments, each experiment
+linked to its recipe page (so a new family's pages need no line in the README's support matrix).
 
     python scripts/families_docs.py            # rewrite the table (make docs)
     python scripts/families_docs.py --check    # exit 1 when it differs from what the rows give
@@ -13,7 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from moekit.config.compose import compose
+import yaml
+
+from moekit.config.compose import compose, config_dir
 from moekit.config.families import FAMILIES, Family, Layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -23,7 +26,7 @@ DOC = REPO / "docs" / "adapting.md"
 BEGIN, END = "<!-- BEGIN families (scripts/families_docs.py) -->", "<!-- END families -->"
 HEAD = (
     "| family (`model.decoder_block`) | model options | routing (MaxText keys in `model.routing`) "
-    "| cluster experiment: layout | proxy (one H200) | tiny |\n|---|---|---|---|---|---|"
+    "| cluster experiment: layout | proxy (one H200): its model option | tiny |\n|---|---|---|---|---|---|"
 )
 AXES = (("data", "DP"), ("fsdp", "FSDP"), ("tensor", "TP"), ("expert", "EP"))
 
@@ -39,12 +42,24 @@ def cluster(experiment: str) -> str:
     return f"{gpus} {cfg.hardware.name.upper()} ({nodes} x {per_node}){domain}, {' x '.join(mesh)}"
 
 
+def model_option(experiment: str) -> str:
+    """The conf/model option the experiment file chooses (its `override /model` default)."""
+    defaults = yaml.safe_load((config_dir() / "experiment" / f"{experiment}.yaml").read_text())["defaults"]
+    return next(d["override /model"] for d in defaults if isinstance(d, dict) and "override /model" in d)
+
+
+def recipe(experiment: str) -> str:
+    """A link to the experiment's recipe page (docs/recipes/, scripts/recipes.py)."""
+    return f"[{experiment}](recipes/{experiment}.md)"
+
+
 def line(f: Family, layout: Layout) -> str:
     """The table's line for one layout of a family."""
     experts = compose([f"experiment={layout.proxy}"]).model.num_experts
     return (
         f"| {layout.model} (`{f.decoder_block}`) | {', '.join(layout.options)} | {layout.routing} "
-        f"| {layout.experiment}: {cluster(layout.experiment)} | {layout.proxy} ({experts} experts) | {layout.tiny} |"
+        f"| {recipe(layout.experiment)}: {cluster(layout.experiment)} "
+        f"| {recipe(layout.proxy)}: {model_option(layout.proxy)}, {experts} experts | {layout.tiny} |"
     )
 
 
