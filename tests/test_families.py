@@ -95,10 +95,12 @@ def test_the_adapting_guide_has_a_line_per_layout():
 
 
 def test_the_hugging_face_side_is_the_rows():
-    """Each row's hf entry that MaxText can convert has its parity reference (a name, a tiny config of its
-    model_type, the full-size option it is imported as); architecture.from_hf reads each entry's model_type."""
+    """Each row names its Hugging Face model types; each entry that MaxText can convert has its parity reference (a
+    name, a tiny config of its model_type, the full-size option it is imported as); architecture.from_hf reads
+    each entry's model_type."""
     from moekit.checkpoint.model.architecture import from_hf
 
+    assert [f.decoder_block for f in FAMILIES.values() if not f.hf] == [], "a row without its Hugging Face side"
     hf = [(h, f) for f in FAMILIES.values() for h in f.hf]
     assert len(HF_FAMILIES) == len(hf), "a model_type named by two entries"
     assert len({h.tiny for h, _ in hf if h.tiny}) == len([h for h, _ in hf if h.tiny]), "parity names repeat"
