@@ -130,9 +130,9 @@ def test_every_hugging_face_model_type_has_a_mapping_or_a_reason():
 
 
 def test_every_number_from_hf_reads_is_checked_first():
-    """Each config.json key architecture.from_hf reads as a number (int(...) or float(...)) is one
-    checkpoint/model/hf_config.py checks first (COUNTS: whole numbers within bounds; NUMBERS): a new family's key
-    left out of those would be read unchecked."""
+    """Each config.json key architecture.from_hf and its model types' readers (_HF_READERS) read as a number
+    (int(...) or float(...)) is one checkpoint/model/hf_config.py checks first (COUNTS: whole numbers within
+    bounds; NUMBERS): a new family's key left out of those would be read unchecked."""
     import ast
     import inspect
 
@@ -140,7 +140,8 @@ def test_every_number_from_hf_reads_is_checked_first():
     from moekit.checkpoint.model.hf_config import COUNTS, NUMBERS
 
     read: dict[str, set[str]] = {"int": set(), "float": set()}
-    for fn in (architecture.from_hf, architecture._rope_hf):
+    readers = (architecture.from_hf, architecture._rope_hf, architecture._head_dim, *architecture._HF_READERS.values())
+    for fn in readers:
         for call in ast.walk(ast.parse(inspect.getsource(fn))):
             if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in read:
                 for node in ast.walk(call):
@@ -155,7 +156,7 @@ def test_every_number_from_hf_reads_is_checked_first():
 
 
 def test_no_module_tells_families_apart_by_name():
-    # checkpoint/model/architecture.py's from_hf branches on Hugging Face's model_type (HF_FAMILIES' keys), three of
+    # checkpoint/model/architecture.py's to_hf branches on Hugging Face's model_type (HF_FAMILIES' keys), some of
     # which are spelled like a family: those compares of `kind` there are Hugging Face's names, not the family's.
     hf_kind = re.compile(rf"\bkind == \"({'|'.join(map(re.escape, HF_FAMILIES))})\"")
     found = compared(FAMILIES, ["config/families.py"])
