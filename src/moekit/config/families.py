@@ -5,9 +5,9 @@ routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<fami
 family checks (config/checks/family.py), by the schema (its DecoderBlock choice) and by the Hugging Face side
 (checkpoint/model/: HF_FAMILIES, the MaxText mapping of each model_type; tests/reference/: the tiny parity references).
 Adding a family (docs/extending.md): its conf/model options, its row here, its layout and proxy experiments and its
-reading in checkpoint/model/architecture.py; tests/test_families.py ties them. docs/adapting.md's family table
-(scripts/families_docs.py) and the tests' lists of full-size models, published parameter counts and parity
-references are read from the rows.
+reader in checkpoint/model/architecture.py (_HF_READERS); tests/test_families.py ties them. docs/adapting.md's
+family table (scripts/families_docs.py) and the tests' lists of full-size models, published parameter counts and
+parity references are read from the rows.
 """
 
 from __future__ import annotations
