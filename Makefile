@@ -58,9 +58,10 @@ k8s: venv  ## re-render the JobSets in k8s/ from the command in each file's head
 recipes: venv  ## regenerate docs/recipes/ from each experiment's config (tests/test_recipes.py diffs them)
 	$(PY) scripts/recipes.py
 
-docs: venv  ## regenerate every generated doc and data file: the forecast's (scripts/forecast_docs.py), then recipes
+docs: venv  ## regenerate every generated doc and data file: the forecast's (scripts/forecast_docs.py), recipes, the family table (scripts/families_docs.py)
 	$(PY) scripts/forecast_docs.py
 	$(PY) scripts/recipes.py
+	$(PY) scripts/families_docs.py
 
 lint: venv  ## ruff
 	$(VENV)/bin/ruff check src tests

@@ -1,7 +1,8 @@
 """The one way files in this checkout are regenerated from code: run a moekit command in this process and take
 what it prints (`stdout_of`), then write each generated file, or with --check report the ones that differ
-(`sync`). scripts/recipes.py (docs/recipes/) and scripts/forecast_docs.py (docs/plan.md's validation table and
-the forecast's derived data) use it; `make docs` runs both. The package itself never writes into the checkout.
+(`sync`). scripts/recipes.py (docs/recipes/), scripts/forecast_docs.py (docs/plan.md's validation table and
+the forecast's derived data) and scripts/families_docs.py (docs/adapting.md's family table) use it; `make docs`
+runs them. The package itself never writes into the checkout.
 """
 
 from __future__ import annotations

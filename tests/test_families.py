@@ -3,6 +3,7 @@ tiny variants training on CPU."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import typing
@@ -12,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import REPO, compose, losses, moekit
+from moekit.base.errors import ConfigError
 from moekit.base.maxtext_files import model_values
 from moekit.checkpoint.model.architecture import HF_FAMILIES
 from moekit.config.checks import problems
@@ -24,12 +26,19 @@ from moekit.plan.model import Dims
 from name_compares import compared
 from test_experiments import maxtext_verdicts
 
+_SPEC = importlib.util.spec_from_file_location("families_docs", REPO / "scripts" / "families_docs.py")
+families_docs = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(families_docs)
 CONF = REPO / "conf"
 MODELS = group_options("model")
 LADDER = group_options("ladder")
 TE_RUNG = "5_nccl_ep"  # the ladder's rung onto TE's MoE block (moe=te), which some families cannot run
 # Each family's layout experiments -> the rungs moekit refuses, with the reason its row gives (config/families.py).
-LAYOUTS = {e: ({TE_RUNG: f.te_moe_block} if f.te_moe_block else {}) for f in FAMILIES.values() for e in f.layouts}
+LAYOUTS = {
+    lay.experiment: ({TE_RUNG: f.te_moe_block} if f.te_moe_block else {})
+    for f in FAMILIES.values()
+    for lay in f.layouts
+}
 # ... and the low-precision rungs before TE's block where the router's quantized GEMM cannot compile (too few experts).
 for _e, _refused in LAYOUTS.items():
     if compose(_e).model.num_experts % QUANTIZED_MULTIPLE:
@@ -41,7 +50,11 @@ TINY = [f.tiny for f in FAMILIES.values()]
 
 
 def test_the_schema_choices_are_the_rows():
+    """schema.DecoderBlock is read from the rows; another block is refused, naming every row's."""
     assert typing.get_args(DecoderBlock) == tuple(FAMILIES)
+    with pytest.raises(ConfigError) as refused:
+        compose("smoke", ["model.decoder_block=nosuch"])
+    assert all(f"'{block}'" in str(refused.value) for block in FAMILIES), str(refused.value)
 
 
 def test_every_model_option_is_of_a_family_and_every_family_has_its_files():
@@ -55,46 +68,95 @@ def test_every_model_option_is_of_a_family_and_every_family_has_its_files():
     experiments = group_options("experiment")
     for f in FAMILIES.values():
         assert blocks.get(f.tiny) == f.decoder_block, f.decoder_block
-        assert f.layouts and set(f.layouts) <= set(experiments), f.decoder_block
-        assert all(compose(e).model.decoder_block == f.decoder_block for e in f.layouts), f.decoder_block
+        assert f.layouts and {lay.experiment for lay in f.layouts} <= set(experiments), f.decoder_block
+        assert all(compose(lay.experiment).model.decoder_block == f.decoder_block for lay in f.layouts), f.decoder_block
+        # Every full-size option runs on exactly one of the family's layouts; each layout names a tiny option of it.
+        assert sorted(o for lay in f.layouts for o in lay.options) == sorted(p.option for p in f.full_size)
+        assert all(lay.tiny in (f.tiny, *f.reduced) and blocks[lay.tiny] == f.decoder_block for lay in f.layouts)
 
 
-def test_the_adapting_guide_has_a_line_per_family():
-    guide = (REPO / "docs" / "adapting.md").read_text()
+def test_every_layout_has_its_one_gpu_proxy():
+    """Each layout of a row names its proxy experiment (the per-GPU share test_proxies_keep_the_layouts_per_gpu_experts
+    checks): its file exists and it runs the family on one GPU."""
+    experiments = group_options("experiment")
     for f in FAMILIES.values():
-        line = next((ln for ln in guide.splitlines() if ln.startswith("|") and f"(`{f.decoder_block}`)" in ln), "")
-        assert line, f"docs/adapting.md has no family line for {f.decoder_block}"
-    rows = [ln for ln in guide.splitlines() if ln.startswith("| ") and "(`" in ln]
+        for lay in f.layouts:
+            assert lay.proxy in experiments, f"{lay.experiment}: conf/experiment/{lay.proxy}.yaml is missing"
+            cfg = compose(lay.proxy)
+            assert (cfg.model.decoder_block, cfg.num_devices) == (f.decoder_block, 1), lay.proxy
+
+
+def test_the_adapting_guide_has_a_line_per_layout():
+    """docs/adapting.md's family table is what scripts/families_docs.py writes from the rows (`make docs`)."""
+    assert families_docs.main(["--check"]) == 0, "run `make docs` and commit docs/adapting.md"
+    table = (REPO / "docs" / "adapting.md").read_text().split(families_docs.BEGIN)[1].split(families_docs.END)[0]
     for f in FAMILIES.values():
-        mine = " ".join(ln for ln in rows if f"(`{f.decoder_block}`)" in ln)
-        assert all(name in mine for name in (f.tiny, *f.layouts)), f.decoder_block
+        assert all(f"| {lay.model} (`{f.decoder_block}`) |" in table for lay in f.layouts), f.decoder_block
 
 
 def test_the_hugging_face_side_is_the_rows():
-    """architecture.HF_FAMILIES, the parity references and tests/reference/hf_tiny.py's configs are the rows' hf."""
+    """Each row names its Hugging Face model types; each entry that MaxText can convert has its parity reference (a
+    name, a tiny config of its model_type, the full-size option it is imported as); architecture.from_hf reads
+    each entry's model_type."""
+    from moekit.checkpoint.model.architecture import from_hf
+
+    assert [f.decoder_block for f in FAMILIES.values() if not f.hf] == [], "a row without its Hugging Face side"
     hf = [(h, f) for f in FAMILIES.values() for h in f.hf]
-    assert HF_FAMILIES == {h.model_type: f.decoder_block for h, f in hf}
-    tiny_source = (REPO / "tests" / "reference" / "hf_tiny.py").read_text()
-    configs = set(re.findall(r'^    "(\w+)": _COMMON$|^CONFIGS\["(\w+)"\] = ', tiny_source, flags=re.M))
-    assert {a or b for a, b in configs} == {h.tiny for h, _ in hf if h.tiny}
+    assert len(HF_FAMILIES) == len(hf), "a model_type named by two entries"
+    assert len({h.tiny for h, _ in hf if h.tiny}) == len([h for h, _ in hf if h.tiny]), "parity names repeat"
     for h, f in hf:
         assert h.option in {"", *(p.option for p in f.full_size)}, h
-        assert bool(h.tiny) == bool(h.option), h
-        assert h.tiny is None or f'"model_type": "{h.model_type}"' in tiny_source, h
-
+        assert bool(h.mapping) == bool(h.tiny) == bool(h.tiny_config) == bool(h.option), h
+        if h.tiny_config:
+            assert h.tiny_config["model_type"] == h.model_type, h
+            assert from_hf(h.tiny_config)["layers"] == 2, h
 
 
 def test_every_hugging_face_model_type_has_a_mapping_or_a_reason():
-    """A row's model_type is in checkpoint/model/hf.py's MAPPING_KEYS (the MaxText mapping import/export convert
-    with) or in NO_MAPPING (the reason import gives), never both or neither; a per-expert mapping is a mapped one."""
+    """A row's hf entry names MaxText's mapping (one MaxText has: a PARAM_MAPPING, HOOK_FNS and HF_SHAPE key) or the
+    reason there is none, never both or neither; checkpoint/model/hf.py's tables are read from them."""
+    from maxtext.checkpoint_conversion.utils.hf_shape import HF_SHAPE
+    from maxtext.checkpoint_conversion.utils.param_mapping import HOOK_FNS, PARAM_MAPPING
+
     from moekit.checkpoint.model.hf import MAPPING_KEYS, NO_MAPPING, PER_EXPERT
 
-    types = {h.model_type for f in FAMILIES.values() for h in f.hf}
-    assert set(MAPPING_KEYS) | set(NO_MAPPING) == types and not set(MAPPING_KEYS) & set(NO_MAPPING)
-    assert PER_EXPERT <= set(MAPPING_KEYS.values())
+    entries = [h for f in FAMILIES.values() for h in f.hf]
+    for h in entries:
+        assert bool(h.mapping) != bool(h.no_mapping), f"{h.model_type}: a mapping or the reason there is none"
+        assert not h.mapping or h.mapping in set(PARAM_MAPPING) & set(HOOK_FNS) & set(HF_SHAPE), h.mapping
+        assert h.mapping or not h.per_expert, h.model_type
+    assert set(MAPPING_KEYS) | set(NO_MAPPING) == {h.model_type for h in entries}
+    assert not set(MAPPING_KEYS) & set(NO_MAPPING) and PER_EXPERT <= set(MAPPING_KEYS.values())
+
+
+def test_every_number_from_hf_reads_is_checked_first():
+    """Each config.json key architecture.from_hf and its model types' readers (_HF_READERS) read as a number
+    (int(...) or float(...)) is one checkpoint/model/hf_config.py checks first (COUNTS: whole numbers within
+    bounds; NUMBERS): a new family's key left out of those would be read unchecked."""
+    import ast
+    import inspect
+
+    from moekit.checkpoint.model import architecture
+    from moekit.checkpoint.model.hf_config import COUNTS, NUMBERS
+
+    read: dict[str, set[str]] = {"int": set(), "float": set()}
+    readers = (architecture.from_hf, architecture._rope_hf, architecture._head_dim, *architecture._HF_READERS.values())
+    for fn in readers:
+        for call in ast.walk(ast.parse(inspect.getsource(fn))):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in read:
+                for node in ast.walk(call):
+                    key = node.slice if isinstance(node, ast.Subscript) else None
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                        key = node.args[0]
+                    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                        read[call.func.id].add(key.value)
+    assert read["int"] and read["float"]
+    assert read["int"] - set(COUNTS) == set(), "add these keys to hf_config.COUNTS"
+    assert read["float"] - set(NUMBERS) - set(COUNTS) == set(), "add these keys to hf_config.NUMBERS"
+
 
 def test_no_module_tells_families_apart_by_name():
-    # checkpoint/model/architecture.py's from_hf branches on Hugging Face's model_type (HF_FAMILIES' keys), three of
+    # checkpoint/model/architecture.py's to_hf branches on Hugging Face's model_type (HF_FAMILIES' keys), some of
     # which are spelled like a family: those compares of `kind` there are Hugging Face's names, not the family's.
     hf_kind = re.compile(rf"\bkind == \"({'|'.join(map(re.escape, HF_FAMILIES))})\"")
     found = compared(FAMILIES, ["config/families.py"])
@@ -270,13 +332,7 @@ def test_every_family_climbs_the_ladder(case, ladder_verdicts):
 
 def test_proxies_keep_the_layouts_per_gpu_experts():
     """A proxy has the full layer widths and the per-GPU expert count of its family's layout."""
-    pairs = {
-        "qwen3_235b_proxy_h200": "qwen3_235b_64gpu",
-        "mixtral_8x22b_proxy_h200": "mixtral_8x22b_32gpu",
-        "dsv2_lite_proxy_h200": "dsv2_lite_8gpu",
-        "gpt_oss_120b_proxy_h200": "gpt_oss_120b_16gpu",
-        "llama4_maverick_proxy_h200": "llama4_maverick_64gpu",
-    }
+    pairs = {lay.proxy: lay.experiment for f in FAMILIES.values() for lay in f.layouts}
     for proxy, layout in pairs.items():
         p, full = compose(proxy), compose(layout)
         ep = full.ici_filled["expert"] * full.parallelism.dcn.expert
@@ -330,17 +386,17 @@ def test_adapting_guide_lists_every_family_experiment_and_model():
     assert [n for n in names if f"{n}" not in guide] == []
 
 
-# The full-size options without a cluster experiment of their own, on their family's layout.
-OTHER_SIZES = {
-    "qwen3_30b_a3b": "qwen3_235b_64gpu",
-    "mixtral_8x7b": "mixtral_8x22b_32gpu",
-    "gpt_oss_20b": "gpt_oss_120b_16gpu",
-    "llama4_scout": "llama4_maverick_64gpu",
-}
-
-
 def test_other_sizes_pass_both_validators_on_their_familys_layout():
-    cases = {m: [f"experiment={e}", f"model={m}"] for m, e in OTHER_SIZES.items()}
+    """The full-size options a layout runs besides its experiment's own model (the rows' Layout.options)."""
+    other = {
+        o: lay.experiment
+        for f in FAMILIES.values()
+        for lay in f.layouts
+        for o in lay.options
+        if compose("smoke", [f"model={o}"]).model.name != compose(lay.experiment).model.name
+    }
+    assert other, "no layout runs a second size"
+    cases = {m: [f"experiment={e}", f"model={m}"] for m, e in other.items()}
     for overrides in cases.values():
         assert problems(compose(None, overrides)) == [], overrides
     assert maxtext_verdicts(cases) == dict.fromkeys(cases)

@@ -29,8 +29,7 @@ def work(tmp_path_factory):
 
 
 def reference(family: str, out, tokens=None):
-    cmd = [str(parity.ref_venv()), str(REPO / "tests/reference/hf_tiny.py"), family, str(out)]
-    subprocess.run(cmd + ([str(tokens)] if tokens is not None else []), check=True, capture_output=True, timeout=300)
+    parity.reference(family, out, tokens)
     return json.loads((out / "reference.json").read_text()) if tokens is not None else None
 
 

@@ -2,10 +2,11 @@
 
     .venv/bin/python tests/reference/parity.py [--write]      # needs .venv-ref (make venv-ref)
 
-Per family: tests/reference/hf_tiny.py builds the tiny reference in .venv-ref (random weights, fp32) and its logits
-on fixed token ids; `moekit checkpoint import` converts it; tests/reference/maxtext_logits.py runs MaxText's model on
-the same ids, per CPU back end (moe=dense: sparse_matmul=false; moe=ragged_dot: the grouped path). Reported: max
-|logit diff|, that relative to the reference logits' max |logit|, and the mean KL(reference || MaxText) per token.
+Per family: tests/reference/hf_tiny.py builds the tiny reference (its row's tiny_config) in .venv-ref (random
+weights, fp32) and its logits on fixed token ids; `moekit checkpoint import` converts it;
+tests/reference/maxtext_logits.py runs MaxText's model on the same ids, per CPU back end (moe=dense:
+sparse_matmul=false; moe=ragged_dot: the grouped path). Reported: max |logit diff|, that relative to the reference
+logits' max |logit|, and the mean KL(reference || MaxText) per token.
 """
 
 from __future__ import annotations
@@ -23,15 +24,13 @@ from moekit.config.families import FAMILIES as FAMILY_ROWS
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 REF_PY = REPO / ".venv-ref" / "bin" / "python"
-FAMILIES = {  # hf_tiny family -> (model option, reference class), from the family rows' Hugging Face side
-    h.tiny: (h.option, h.reference_class) for f in FAMILY_ROWS.values() for h in f.hf if h.tiny
-}
+# hf_tiny family -> its row's Hugging Face entry (config/families.py): the parity references, and the entries
+# without one (MaxText has no mapping for them; the table says why).
+REFERENCES = {h.tiny: h for f in FAMILY_ROWS.values() for h in f.hf if h.tiny}
+FAMILIES = {name: (h.option, h.reference_class) for name, h in REFERENCES.items()}
+UNMATCHED = [(f.decoder_block, h) for f in FAMILY_ROWS.values() for h in f.hf if not h.tiny]
 BACKENDS = ("dense", "ragged_dot")
 TOLERANCE = 1e-4  # max |diff| relative to the logits' scale (max |logit|), fp32
-LLAMA4_ROW = (
-    "| llama4 | Llama4ForCausalLM | - | - | - | not matched: MaxText 0.2.5 has no to_maxtext mapping for Llama 4 "
-    "(PARAM_MAPPING); its standalone llama4_ckpt_unscanned.py reads Meta's .pth checkpoints, not safetensors |"
-)
 BEGIN, END = "<!-- BEGIN logits parity -->", "<!-- END logits parity -->"
 
 
@@ -39,6 +38,15 @@ def ref_venv() -> Path:
     if not REF_PY.is_file():
         raise SystemExit(f"{REF_PY} missing: run `make venv-ref` (torch + transformers on CPU, about 2 minutes)")
     return REF_PY
+
+
+def reference(family: str, out: Path, tokens_file: Path | None = None) -> None:
+    """The family's tiny reference (its row's tiny_config, random weights) built by hf_tiny.py in .venv-ref into
+    `out`, with its logits on `tokens_file`'s ids when given."""
+    config = out.with_name(f"{out.name}.config.json")
+    config.write_text(json.dumps(REFERENCES[family].tiny_config))
+    script = str(REPO / "tests/reference/hf_tiny.py")
+    run([str(ref_venv()), script, str(config), str(out), *([str(tokens_file)] if tokens_file else [])])
 
 
 def tokens(path: Path) -> np.ndarray:
@@ -76,7 +84,7 @@ def measure(family: str, work: Path) -> list[dict]:
     tok = work / "tokens.npy"
     ids = tokens(tok)
     ref = work / family
-    run([str(ref_venv()), str(REPO / "tests/reference/hf_tiny.py"), family, str(ref), str(tok)])
+    reference(family, ref, tok)
     imp = work / f"{family}-imported"
     code = moekit_main(["checkpoint", "import", "--family", option, str(ref), "precision=fp32", "--out", str(imp)])
     if code:
@@ -114,7 +122,7 @@ def table(rows: list[dict]) -> str:
             f"| {r['family']} | {r['class']} | {r['backend']} | {r['max_diff']:.2e} ({r['relative']:.1e}) "
             f"| {r['kl']:.1e} | {r['status']} |"
         )
-    lines.append(LLAMA4_ROW)
+    lines += [f"| {name} | {h.reference_class} | - | - | - | not matched: {h.no_mapping} |" for name, h in UNMATCHED]
     return "\n".join(lines)
 
 

@@ -2,17 +2,19 @@
 
 Each fact names the MaxText code it was read from (maxtext/configs/types.py validation, maxtext/layers/moe.py
 routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data, read by the
-family checks (config/checks/family.py) and by the architecture read from MaxText's keys
-(checkpoint/model/architecture.py).
-Adding a family (docs/extending.md): its conf/model options, its row here, the schema's choice (schema.DecoderBlock),
-its layout experiment and its line in docs/adapting.md; tests/test_families.py ties them. The tests' lists of
-full-size models, published parameter counts and Hugging Face parity references are read from the rows.
+family checks (config/checks/family.py), by the schema (its DecoderBlock choice) and by the Hugging Face side
+(checkpoint/model/: HF_FAMILIES, the MaxText mapping of each model_type; tests/reference/: the tiny parity references).
+Adding a family (docs/extending.md): its conf/model options, its row here, its layout and proxy experiments and its
+reader in checkpoint/model/architecture.py (_HF_READERS); tests/test_families.py ties them. docs/adapting.md's
+family table (scripts/families_docs.py) and the tests' lists of full-size models, published parameter counts and
+parity references are read from the rows.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,16 +31,47 @@ class Published:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HfModel:
-    """One Hugging Face model_type of the family, and the tiny reference its logits parity runs on."""
+    """One Hugging Face model_type of the family: how its checkpoints convert, and the tiny reference its logits
+    parity runs on."""
 
     model_type: str
     """transformers' config.model_type (checkpoint/model/architecture.py HF_FAMILIES maps it to this family)."""
     reference_class: str
     """The transformers class the parity test compares logits with (tests/reference/parity.py)."""
+    mapping: str = ""
+    """MaxText 0.2.5's parameter mapping (the PARAM_MAPPING/HOOK_FNS/HF_SHAPE key) `moekit checkpoint import` and
+    `export` convert with; "" = MaxText has none, and no_mapping says why."""
+    no_mapping: str = ""
+    """Why `moekit checkpoint import` refuses this model_type (MaxText has no mapping for it)."""
+    per_expert: bool = False
+    """The mapping's HF_SHAPE names each expert's tensors apart (gpt-oss stacks a layer's experts in one tensor):
+    checkpoint/model/hf_config.bound_by_tensors bounds the tensor count by it."""
     tiny: str | None = None
-    """The config name in tests/reference/hf_tiny.py; None = no parity row (the reason is parity.py's)."""
+    """The parity reference's name (its rows in docs/adapting.md); None = no parity row (parity.py says why)."""
+    tiny_config: Mapping[str, Any] | None = None
+    """The tiny reference's transformers config (tests/reference/hf_tiny.py builds it with random weights): 2
+    layers, small widths, few experts; routing, rope and norms as the published full-size ones."""
     option: str = ""
     """The full-size conf/model option the tiny reference is imported as (its MaxText model name)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """A full-size model of the family laid out on a cluster, and its one-GPU proxy: a line of docs/adapting.md's
+    family table (scripts/families_docs.py writes it from these and the composed experiments)."""
+
+    experiment: str
+    """The conf/experiment laying it out on a cluster (it climbs the shared ladder: tests/test_families.py)."""
+    proxy: str
+    """The conf/experiment of its per-GPU share on one H200: full layer widths, the experts one GPU holds."""
+    model: str
+    """The published model's name, as the guide names it."""
+    options: tuple[str, ...]
+    """The full-size conf/model options this layout runs (each passes both validators on it)."""
+    routing: str
+    """Its routing in words, for the guide."""
+    tiny: str
+    """The family's tiny conf/model option closest to it (the tiny or a reduced one)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,8 +131,8 @@ class Family:
     """The decoder reads temperature_tuning: attention temperature scaled with position (llama4.py)."""
     tiny: str
     """Its conf/model option small enough to train on CPU (tests/test_families.py trains each)."""
-    layouts: tuple[str, ...]
-    """Its conf/experiment files laying a full-size model out on a cluster (each climbs the shared ladder)."""
+    layouts: tuple[Layout, ...]
+    """Its layouts of full-size models on a cluster, each with its one-GPU proxy (docs/adapting.md's table)."""
     reduced: tuple[str, ...]
     """Its other conf/model options that are no published model: the one-GPU proxies (full layer widths, few layers
     and experts: the *_proxy_h200 experiments) and any further tiny one (deepseek3_tiny, the smoke model's)."""
@@ -108,6 +141,102 @@ class Family:
     hf: tuple[HfModel, ...]
     """Its Hugging Face model types (checkpoint import, logits parity)."""
 
+
+# The tiny parity references' transformers configs (HfModel.tiny_config): 2 layers, small widths, few experts.
+_TINY_COMMON = {"hidden_size": 64, "num_attention_heads": 4, "vocab_size": 256, "tie_word_embeddings": False}
+_TINY_DEEPSEEK3 = _TINY_COMMON | {
+    "model_type": "deepseek_v3",
+    "num_hidden_layers": 2,
+    "first_k_dense_replace": 1,
+    "intermediate_size": 96,
+    "moe_intermediate_size": 32,
+    "n_routed_experts": 8,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "n_group": 1,
+    "topk_group": 1,
+    "routed_scaling_factor": 2.5,
+    "norm_topk_prob": True,
+    "num_key_value_heads": 4,
+    "q_lora_rank": 32,
+    "kv_lora_rank": 16,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 16,
+    "rms_norm_eps": 1e-6,
+    "max_position_embeddings": 163840,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 40.0,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "mscale": 1.0,
+        "mscale_all_dim": 1.0,
+    },
+}
+_TINY_DEEPSEEK2 = {k: v for k, v in _TINY_DEEPSEEK3.items() if k not in ("q_lora_rank", "n_group", "topk_group")} | {
+    "model_type": "deepseek_v2",
+    "q_lora_rank": None,
+    "n_shared_experts": 2,
+    "scoring_func": "softmax",
+    "topk_method": "greedy",
+    "norm_topk_prob": False,
+    "routed_scaling_factor": 1.0,
+    "rope_parameters": _TINY_DEEPSEEK3["rope_parameters"] | {"mscale": 0.707, "mscale_all_dim": 0.707},
+}
+_TINY_QWEN3_MOE = _TINY_COMMON | {
+    "model_type": "qwen3_moe",
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 96,
+    "moe_intermediate_size": 32,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "rms_norm_eps": 1e-6,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0},
+}
+_TINY_MIXTRAL = _TINY_COMMON | {
+    "model_type": "mixtral",
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 32,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "rms_norm_eps": 1e-5,
+    "sliding_window": None,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
+}
+_TINY_GPT_OSS = _TINY_COMMON | {
+    "model_type": "gpt_oss",
+    "num_hidden_layers": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 32,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "sliding_window": 8,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "rms_norm_eps": 1e-5,
+    "swiglu_limit": 7.0,
+    "attention_bias": True,
+    "max_position_embeddings": 131072,
+    "rope_parameters": {
+        "rope_type": "yarn",
+        "rope_theta": 150000.0,
+        "factor": 32.0,
+        "original_max_position_embeddings": 4096,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+    },
+}
 
 # Keys every decoder reads through the shared router (moe.py GateLogit and get_topk).
 COMMON = frozenset({"routed_score_func", "routed_bias", "load_balance_loss_weight"})
@@ -134,7 +263,14 @@ FAMILIES: dict[str, Family] = {
             group_routing=True,
             selection_bias=True,
             tiny="deepseek2_tiny",
-            layouts=("dsv3_baseline", "dsv2_lite_8gpu"),
+            layouts=(
+                Layout(experiment="dsv3_baseline", proxy="dsv3_proxy_h200", model="DeepSeek-V3",
+                       options=("deepseek3_671b",), routing="sigmoid, selection bias, top-8 x 2.5, 1 shared",
+                       tiny="deepseek3_tiny"),
+                Layout(experiment="dsv2_lite_8gpu", proxy="dsv2_lite_proxy_h200", model="DeepSeek-V2-Lite",
+                       options=("deepseek2_16b",), routing="softmax over all experts, top-6 unnormalized, 2 shared",
+                       tiny="deepseek2_tiny"),
+            ),
             reduced=("deepseek3_tiny", "deepseek3_proxy", "deepseek2_proxy"),
             full_size=(
                 Published(option="deepseek3_671b", total_params=671e9, source="DeepSeek-V3 technical report "
@@ -143,10 +279,10 @@ FAMILIES: dict[str, Family] = {
                           "15.7B total, 2.4B active"),
             ),
             hf=(
-                HfModel(model_type="deepseek_v3", reference_class="DeepseekV3ForCausalLM", tiny="deepseek3",
-                        option="deepseek3_671b"),
-                HfModel(model_type="deepseek_v2", reference_class="DeepseekV2ForCausalLM", tiny="deepseek2",
-                        option="deepseek2_16b"),
+                HfModel(model_type="deepseek_v3", reference_class="DeepseekV3ForCausalLM", mapping="deepseek3-671b",
+                        per_expert=True, tiny="deepseek3", tiny_config=_TINY_DEEPSEEK3, option="deepseek3_671b"),
+                HfModel(model_type="deepseek_v2", reference_class="DeepseekV2ForCausalLM", mapping="deepseek2-16b",
+                        per_expert=True, tiny="deepseek2", tiny_config=_TINY_DEEPSEEK2, option="deepseek2_16b"),
             ),
         ),
         Family(
@@ -157,7 +293,11 @@ FAMILIES: dict[str, Family] = {
             "(Qwen3's routing)",
             qk_norm_always=True,
             tiny="qwen3_moe_tiny",
-            layouts=("qwen3_235b_64gpu",),
+            layouts=(
+                Layout(experiment="qwen3_235b_64gpu", proxy="qwen3_235b_proxy_h200", model="Qwen3-MoE",
+                       options=("qwen3_30b_a3b", "qwen3_235b_a22b"),
+                       routing="softmax of the top-8 logits, `norm_topk_prob`", tiny="qwen3_moe_tiny"),
+            ),
             reduced=("qwen3_moe_proxy",),
             full_size=(
                 Published(option="qwen3_30b_a3b", total_params=30.5e9, source="Qwen3-30B-A3B model card: 30.5B total"),
@@ -165,8 +305,8 @@ FAMILIES: dict[str, Family] = {
                           "22B active"),
             ),
             hf=(
-                HfModel(model_type="qwen3_moe", reference_class="Qwen3MoeForCausalLM", tiny="qwen3_moe",
-                        option="qwen3_30b_a3b"),
+                HfModel(model_type="qwen3_moe", reference_class="Qwen3MoeForCausalLM", mapping="qwen3-30b-a3b",
+                        per_expert=True, tiny="qwen3_moe", tiny_config=_TINY_QWEN3_MOE, option="qwen3_30b_a3b"),
             ),
         ),
         Family(
@@ -174,7 +314,11 @@ FAMILIES: dict[str, Family] = {
             models="mixtral-8x7b, mixtral-8x22b",
             reads=COMMON | {"norm_topk_prob"},
             tiny="mixtral_tiny",
-            layouts=("mixtral_8x22b_32gpu",),
+            layouts=(
+                Layout(experiment="mixtral_8x22b_32gpu", proxy="mixtral_8x22b_proxy_h200", model="Mixtral",
+                       options=("mixtral_8x7b", "mixtral_8x22b"), routing="softmax of the top-2 logits",
+                       tiny="mixtral_tiny"),
+            ),
             reduced=("mixtral_proxy",),
             full_size=(
                 Published(option="mixtral_8x7b", total_params=46.7e9, source="Mixtral of Experts (arXiv 2401.04088): "
@@ -183,8 +327,8 @@ FAMILIES: dict[str, Family] = {
                           "announcement: 141B total, 39B active"),
             ),
             hf=(
-                HfModel(model_type="mixtral", reference_class="MixtralForCausalLM", tiny="mixtral",
-                        option="mixtral_8x7b"),
+                HfModel(model_type="mixtral", reference_class="MixtralForCausalLM", mapping="mixtral-8x7b",
+                        per_expert=True, tiny="mixtral", tiny_config=_TINY_MIXTRAL, option="mixtral_8x7b"),
             ),
         ),
         Family(
@@ -202,7 +346,11 @@ FAMILIES: dict[str, Family] = {
             activation_limit=True,
             sliding_every_other_layer=True,
             tiny="gpt_oss_tiny",
-            layouts=("gpt_oss_120b_16gpu",),
+            layouts=(
+                Layout(experiment="gpt_oss_120b_16gpu", proxy="gpt_oss_120b_proxy_h200", model="gpt-oss",
+                       options=("gpt_oss_20b", "gpt_oss_120b"),
+                       routing="softmax of the top-4 logits, router bias; attention sinks", tiny="gpt_oss_tiny"),
+            ),
             reduced=("gpt_oss_proxy",),
             full_size=(
                 Published(option="gpt_oss_20b", total_params=21e9, source="OpenAI gpt-oss model card: 21B total"),
@@ -210,8 +358,8 @@ FAMILIES: dict[str, Family] = {
                           "5.1B active"),
             ),
             hf=(
-                HfModel(model_type="gpt_oss", reference_class="GptOssForCausalLM", tiny="gpt_oss",
-                        option="gpt_oss_20b"),
+                HfModel(model_type="gpt_oss", reference_class="GptOssForCausalLM", mapping="gpt-oss-20b",
+                        tiny="gpt_oss", tiny_config=_TINY_GPT_OSS, option="gpt_oss_20b"),
             ),
         ),
         Family(
@@ -230,15 +378,28 @@ FAMILIES: dict[str, Family] = {
             nope_layers=True,
             temperature_tuning=True,
             tiny="llama4_tiny",
-            layouts=("llama4_maverick_64gpu",),
+            layouts=(
+                Layout(experiment="llama4_maverick_64gpu", proxy="llama4_maverick_proxy_h200", model="Llama 4",
+                       options=("llama4_scout", "llama4_maverick"),
+                       routing="top-1 logit through a sigmoid, 1 shared; Maverick: every 2nd layer MoE",
+                       tiny="llama4_tiny"),
+            ),
             reduced=("llama4_proxy",),
             full_size=(
                 Published(option="llama4_scout", total_params=109e9, source="Meta Llama 4 model card: 109B total"),
                 Published(option="llama4_maverick", total_params=400e9, source="Meta Llama 4 model card: 400B total, "
                           "17B active"),
             ),
-            # No parity row: MaxText 0.2.5 cannot import a Llama 4 checkpoint (tests/reference/parity.py LLAMA4_ROW).
-            hf=(HfModel(model_type="llama4_text", reference_class="Llama4ForCausalLM"),),
+            # No parity row: MaxText 0.2.5 cannot import a Llama 4 checkpoint.
+            hf=(
+                HfModel(
+                    model_type="llama4_text",
+                    reference_class="Llama4ForCausalLM",
+                    no_mapping="MaxText 0.2.5 has no to_maxtext mapping for Llama 4 (PARAM_MAPPING has none); its "
+                    "standalone script checkpoint_conversion/standalone_scripts/llama4_ckpt_unscanned.py reads Meta's "
+                    "original .pth checkpoint, not Hugging Face safetensors, and writes unscanned layers only",
+                ),
+            ),
         ),
     )
 }

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from moekit.config.backends import BACKENDS, Backend
 from moekit.config.clusters import CLUSTER_KINDS, ClusterKind
+from moekit.config.families import FAMILIES
 from moekit.config.hardware import link_classes
 
 Scalar = str | int | float | bool | None
@@ -139,7 +140,8 @@ class Expect(Section):
     """Required: every expected number says where it comes from."""
 
 
-DecoderBlock = Literal["deepseek", "qwen3_moe", "mixtral", "gpt_oss", "llama4"]
+# The families' decoder blocks, one per row of config/families.py (pydantic's refusal of another lists them).
+DecoderBlock = Literal[tuple(FAMILIES)]  # type: ignore[valid-type]
 
 
 class Routing(Section):

@@ -21,15 +21,8 @@ from typing import Any
 
 from moekit.config.families import FAMILIES, Family
 
-# MaxText's decoder block for each Hugging Face model_type moekit has a family for.
-HF_FAMILIES = {
-    "deepseek_v3": "deepseek",
-    "deepseek_v2": "deepseek",
-    "qwen3_moe": "qwen3_moe",
-    "mixtral": "mixtral",
-    "gpt_oss": "gpt_oss",
-    "llama4_text": "llama4",
-}
+# MaxText's decoder block for each Hugging Face model_type moekit has a family for (the rows' hf).
+HF_FAMILIES = {h.model_type: f.decoder_block for f in FAMILIES.values() for h in f.hf}
 
 # moe.py get_topk: group-limited routing runs only for these model names (deepseek_routing).
 _GROUP_ROUTING_MODELS = ("deepseek3", "deepseek4", "kimi-k2")
@@ -157,16 +150,18 @@ def _rope_params(c: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def from_hf(c: Mapping[str, Any]) -> dict[str, Any]:
-    """The architecture of the model transformers builds from this config dict (a text config for Llama 4)."""
+    """The architecture of the model transformers builds from this config dict (a text config for Llama 4): the
+    keys every family's config.json has, then its model_type's own reading (_HF_READERS)."""
     kind = c["model_type"]
     if kind not in HF_FAMILIES:
         raise ValueError(f"model_type {kind!r}: moekit has no family for it (known: {', '.join(HF_FAMILIES)})")
+    if kind not in _HF_READERS:  # a family row's model_type this module has no reading of yet
+        raise ValueError(f"model_type {kind!r}: from_hf has no reading of its config.json (architecture.py)")
     n = int(c["num_hidden_layers"])
-    hidden = int(c["hidden_size"])
     heads = int(c["num_attention_heads"])
     a: dict[str, Any] = {
         "layers": n,
-        "hidden": hidden,
+        "hidden": int(c["hidden_size"]),
         "heads": heads,
         "kv_heads": int(c.get("num_key_value_heads") or heads),
         "top_k": int(c["num_experts_per_tok"]),
@@ -189,100 +184,132 @@ def from_hf(c: Mapping[str, Any]) -> dict[str, Any]:
         "selection_bias": False,
         "router_bias": False,
     }
-    if kind in ("deepseek_v2", "deepseek_v3"):
-        first = int(c["first_k_dense_replace"])
-        freq = int(c.get("moe_layer_freq") or 1)
-        a["moe_layers"] = tuple(i for i in range(n) if i >= first and i % freq == 0)
-        a |= {
-            "experts": int(c["n_routed_experts"]),
-            "expert_ffn": int(c["moe_intermediate_size"]),
-            "shared_experts": int(c.get("n_shared_experts") or 0),
-            # transformers' DeepseekV3TopkRouter always scores with a sigmoid; V2 reads scoring_func
-            "score": "sigmoid" if kind == "deepseek_v3" else c.get("scoring_func", "softmax"),
-            "normalize_topk": bool(c.get("norm_topk_prob", False)),
-            "scale": float(c.get("routed_scaling_factor", 1.0)),
-            "q_lora_rank": int(c.get("q_lora_rank") or 0),
-            "kv_lora_rank": int(c["kv_lora_rank"]),
-            "qk_nope_head_dim": int(c["qk_nope_head_dim"]),
-            "qk_rope_head_dim": int(c["qk_rope_head_dim"]),
-            "v_head_dim": int(c["v_head_dim"]),
-            "attention_bias": False,  # MLA projections carry no bias in either implementation
-        }
-        if kind == "deepseek_v3":  # transformers' DeepseekV3TopkRouter: e_score_correction_bias, n_group/topk_group
-            a["selection_bias"] = True
-            a["routing_groups"] = (int(c["n_group"]), int(c["topk_group"])) if int(c.get("n_group") or 1) > 1 else None
-        elif c.get("topk_method", "greedy") != "greedy" and int(c.get("n_group") or 1) > 1:
-            a["routing_groups"] = (int(c["n_group"]), int(c["topk_group"]))
-    elif kind == "qwen3_moe":
-        step = int(c.get("decoder_sparse_step") or 1)
-        only_mlp = set(c.get("mlp_only_layers") or [])
-        a["moe_layers"] = tuple(i for i in range(n) if i not in only_mlp and (i + 1) % step == 0)
-        a |= {
-            "experts": int(c.get("num_experts") or c["num_local_experts"]),
-            "expert_ffn": int(c["moe_intermediate_size"]),
-            "score": "softmax",
-            "normalize_topk": bool(c["norm_topk_prob"]),
-            "scale": 1.0,
-            "head_dim": int(c.get("head_dim") or hidden // heads),
-            "qk_norm": True,  # Qwen3MoeAttention always has q_norm/k_norm
-        }
-        if c.get("use_sliding_window"):
-            a["sliding_window"] = int(c["sliding_window"])
-    elif kind == "mixtral":
-        a["moe_layers"] = tuple(range(n))
-        a |= {
-            "experts": int(c["num_local_experts"]),
-            "expert_ffn": int(c["intermediate_size"]),
-            "score": "softmax",
-            "normalize_topk": True,  # MixtralSparseMoeBlock renormalizes the top-k softmax weights
-            "scale": 1.0,
-            "head_dim": int(c.get("head_dim") or hidden // heads),
-            "sliding_window": int(c["sliding_window"]) if c.get("sliding_window") else None,
-        }
-    elif kind == "gpt_oss":
-        types = list(c.get("layer_types") or [])
-        a["moe_layers"] = tuple(range(n))
-        a |= {
-            "experts": int(c["num_local_experts"]),
-            "expert_ffn": int(c["intermediate_size"]),
-            "score": "softmax",  # GptOssTopKRouter: top-k of the logits (with bias), softmax over the k
-            "normalize_topk": True,
-            "scale": 1.0,
-            "router_bias": True,
-            "head_dim": int(c.get("head_dim") or hidden // heads),
-            "activation": "sigmoid",  # GptOssExperts: gate * sigmoid(1.702 gate) * (up + 1), clamped
-            "activation_limit": float(c["swiglu_limit"]),
-            "mlp_bias": True,
-            "attention_sinks": True,  # GptOssAttention.sinks
-            "sliding_window": int(c["sliding_window"]),
-            "sliding_layers": tuple(i for i, t in enumerate(types) if t == "sliding_attention"),
-        }
-    else:  # llama4_text
-        step = int(c.get("interleave_moe_layer_step") or 1)
-        moe_layers = c.get("moe_layers")
-        a["moe_layers"] = tuple(moe_layers) if moe_layers is not None else tuple(range(step - 1, n, step))
-        no_rope = c.get("no_rope_layers")  # 1 = RoPE, 0 = NoPE, one entry per layer
-        interval = int(c.get("no_rope_layer_interval") or 4)
-        nope = (
-            [i for i, r in enumerate(no_rope) if not r] if no_rope else [i for i in range(n) if (i + 1) % interval == 0]
-        )
-        a |= {
-            "experts": int(c["num_local_experts"]),
-            "expert_ffn": int(c["intermediate_size"]),
-            "shared_experts": 1,  # Llama4TextMoe.shared_expert
-            "score": "sigmoid",  # Llama4Router: top-k of the logits, sigmoid of those
-            "normalize_topk": False,
-            "scale": 1.0,
-            "head_dim": int(c.get("head_dim") or hidden // heads),
-            "qk_norm": bool(c.get("use_qk_norm", False)),
-            "chunk_window": int(c["attention_chunk_size"]) if c.get("attention_chunk_size") else None,
-            "nope_layers": tuple(nope),
-            "temperature_tuning": bool(c.get("attn_temperature_tuning", False)),
-        }
+    a |= _HF_READERS[kind](c, n)
     if len(a["moe_layers"]) < n:
         a["dense_ffn"] = int(c["intermediate_size_mlp"] if kind == "llama4_text" else c["intermediate_size"])
     a |= _rope_hf(c, kind)
     return a
+
+
+def _head_dim(c: Mapping[str, Any]) -> int:
+    return int(c.get("head_dim") or int(c["hidden_size"]) // int(c["num_attention_heads"]))
+
+
+def _deepseek_hf(c: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """DeepSeek-V2 and -V3 (transformers' DeepseekV2/V3 configs): MLA attention, leading dense layers."""
+    v3 = c["model_type"] == "deepseek_v3"
+    first = int(c["first_k_dense_replace"])
+    freq = int(c.get("moe_layer_freq") or 1)
+    a = {
+        "moe_layers": tuple(i for i in range(n) if i >= first and i % freq == 0),
+        "experts": int(c["n_routed_experts"]),
+        "expert_ffn": int(c["moe_intermediate_size"]),
+        "shared_experts": int(c.get("n_shared_experts") or 0),
+        # transformers' DeepseekV3TopkRouter always scores with a sigmoid; V2 reads scoring_func
+        "score": "sigmoid" if v3 else c.get("scoring_func", "softmax"),
+        "normalize_topk": bool(c.get("norm_topk_prob", False)),
+        "scale": float(c.get("routed_scaling_factor", 1.0)),
+        "q_lora_rank": int(c.get("q_lora_rank") or 0),
+        "kv_lora_rank": int(c["kv_lora_rank"]),
+        "qk_nope_head_dim": int(c["qk_nope_head_dim"]),
+        "qk_rope_head_dim": int(c["qk_rope_head_dim"]),
+        "v_head_dim": int(c["v_head_dim"]),
+        "attention_bias": False,  # MLA projections carry no bias in either implementation
+    }
+    if v3:  # transformers' DeepseekV3TopkRouter: e_score_correction_bias, n_group/topk_group
+        a["selection_bias"] = True
+        a["routing_groups"] = (int(c["n_group"]), int(c["topk_group"])) if int(c.get("n_group") or 1) > 1 else None
+    elif c.get("topk_method", "greedy") != "greedy" and int(c.get("n_group") or 1) > 1:
+        a["routing_groups"] = (int(c["n_group"]), int(c["topk_group"]))
+    return a
+
+
+def _qwen3_moe_hf(c: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """Qwen3-MoE: MoE every decoder_sparse_step-th layer but the mlp_only_layers; q and k always normalized."""
+    step = int(c.get("decoder_sparse_step") or 1)
+    only_mlp = set(c.get("mlp_only_layers") or [])
+    a = {
+        "moe_layers": tuple(i for i in range(n) if i not in only_mlp and (i + 1) % step == 0),
+        "experts": int(c.get("num_experts") or c["num_local_experts"]),
+        "expert_ffn": int(c["moe_intermediate_size"]),
+        "score": "softmax",
+        "normalize_topk": bool(c["norm_topk_prob"]),
+        "scale": 1.0,
+        "head_dim": _head_dim(c),
+        "qk_norm": True,  # Qwen3MoeAttention always has q_norm/k_norm
+    }
+    if c.get("use_sliding_window"):
+        a["sliding_window"] = int(c["sliding_window"])
+    return a
+
+
+def _mixtral_hf(c: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """Mixtral: every layer MoE, softmax of the top-k logits."""
+    return {
+        "moe_layers": tuple(range(n)),
+        "experts": int(c["num_local_experts"]),
+        "expert_ffn": int(c["intermediate_size"]),
+        "score": "softmax",
+        "normalize_topk": True,  # MixtralSparseMoeBlock renormalizes the top-k softmax weights
+        "scale": 1.0,
+        "head_dim": _head_dim(c),
+        "sliding_window": int(c["sliding_window"]) if c.get("sliding_window") else None,
+    }
+
+
+def _gpt_oss_hf(c: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """gpt-oss: a router bias, a clamped GLU with biases, attention sinks, sliding windows on some layers."""
+    types = list(c.get("layer_types") or [])
+    return {
+        "moe_layers": tuple(range(n)),
+        "experts": int(c["num_local_experts"]),
+        "expert_ffn": int(c["intermediate_size"]),
+        "score": "softmax",  # GptOssTopKRouter: top-k of the logits (with bias), softmax over the k
+        "normalize_topk": True,
+        "scale": 1.0,
+        "router_bias": True,
+        "head_dim": _head_dim(c),
+        "activation": "sigmoid",  # GptOssExperts: gate * sigmoid(1.702 gate) * (up + 1), clamped
+        "activation_limit": float(c["swiglu_limit"]),
+        "mlp_bias": True,
+        "attention_sinks": True,  # GptOssAttention.sinks
+        "sliding_window": int(c["sliding_window"]),
+        "sliding_layers": tuple(i for i, t in enumerate(types) if t == "sliding_attention"),
+    }
+
+
+def _llama4_text_hf(c: Mapping[str, Any], n: int) -> dict[str, Any]:
+    """Llama 4's text model: interleaved MoE layers, a shared expert, chunked attention, NoPE layers."""
+    step = int(c.get("interleave_moe_layer_step") or 1)
+    moe_layers = c.get("moe_layers")
+    no_rope = c.get("no_rope_layers")  # 1 = RoPE, 0 = NoPE, one entry per layer
+    interval = int(c.get("no_rope_layer_interval") or 4)
+    nope = [i for i, r in enumerate(no_rope) if not r] if no_rope else [i for i in range(n) if (i + 1) % interval == 0]
+    return {
+        "moe_layers": tuple(moe_layers) if moe_layers is not None else tuple(range(step - 1, n, step)),
+        "experts": int(c["num_local_experts"]),
+        "expert_ffn": int(c["intermediate_size"]),
+        "shared_experts": 1,  # Llama4TextMoe.shared_expert
+        "score": "sigmoid",  # Llama4Router: top-k of the logits, sigmoid of those
+        "normalize_topk": False,
+        "scale": 1.0,
+        "head_dim": _head_dim(c),
+        "qk_norm": bool(c.get("use_qk_norm", False)),
+        "chunk_window": int(c["attention_chunk_size"]) if c.get("attention_chunk_size") else None,
+        "nope_layers": tuple(nope),
+        "temperature_tuning": bool(c.get("attn_temperature_tuning", False)),
+    }
+
+
+# Each Hugging Face model_type's own reading of its config.json (a family row's hf entry), after the common keys.
+_HF_READERS = {
+    "deepseek_v2": _deepseek_hf,
+    "deepseek_v3": _deepseek_hf,
+    "qwen3_moe": _qwen3_moe_hf,
+    "mixtral": _mixtral_hf,
+    "gpt_oss": _gpt_oss_hf,
+    "llama4_text": _llama4_text_hf,
+}
 
 
 def _rope_hf(c: Mapping[str, Any], kind: str) -> dict[str, Any]:

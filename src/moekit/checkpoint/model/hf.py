@@ -15,22 +15,14 @@ from typing import Any
 from moekit.base.errors import MoekitError
 from moekit.checkpoint.model.architecture import HF_FAMILIES, differences, from_hf, from_maxtext, model_overrides
 from moekit.checkpoint.model.hf_config import bound_by_tensors
+from moekit.config.families import FAMILIES
 
-# MaxText 0.2.5's param mapping (PARAM_MAPPING/HOOK_FNS/HF_SHAPE key) for each family's Hugging Face model_type.
-MAPPING_KEYS = {
-    "deepseek_v3": "deepseek3-671b",
-    "deepseek_v2": "deepseek2-16b",
-    "qwen3_moe": "qwen3-30b-a3b",
-    "mixtral": "mixtral-8x7b",
-    "gpt_oss": "gpt-oss-20b",
-}
-# The mappings whose HF_SHAPE names each expert's tensors apart (gpt-oss stacks the experts of a layer in one tensor).
-PER_EXPERT = frozenset({"deepseek3-671b", "deepseek2-16b", "qwen3-30b-a3b", "mixtral-8x7b"})
-NO_MAPPING = {
-    "llama4_text": "MaxText 0.2.5 has no to_maxtext mapping for Llama 4 (PARAM_MAPPING has none); its standalone "
-    "script checkpoint_conversion/standalone_scripts/llama4_ckpt_unscanned.py reads Meta's original .pth "
-    "checkpoint, not Hugging Face safetensors, and writes unscanned layers only",
-}
+# The family rows' Hugging Face side (config/families.py HfModel): the MaxText 0.2.5 param mapping
+# (PARAM_MAPPING/HOOK_FNS/HF_SHAPE key) of each model_type, or the reason there is none; the per-expert mappings.
+_HF = [h for f in FAMILIES.values() for h in f.hf]
+MAPPING_KEYS = {h.model_type: h.mapping for h in _HF if h.mapping}
+NO_MAPPING = {h.model_type: h.no_mapping for h in _HF if not h.mapping}
+PER_EXPERT = frozenset(h.mapping for h in _HF if h.per_expert)
 
 
 class CheckpointError(MoekitError):
