@@ -1,4 +1,4 @@
-"""Regenerate docs/adapting.md's family table from the family rows (src/moekit/config/families.py): one line per
+"""Regenerate docs/adapting.md's family table from the family rows (src/moekit/config/kinds/families.py): one line per
 layout, its cluster and mesh and its proxy's model option and experts read from the experiments, each experiment
 linked to its recipe page (so a new family's pages need no line in the README's support matrix).
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from moekit.config.compose import compose, config_dir
-from moekit.config.families import FAMILIES, Family, Layout
+from moekit.config.kinds.families import FAMILIES, Family, Layout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from generate import REPO, between, sync  # noqa: E402  (scripts/ is no package: the one path beside it)

@@ -1,4 +1,4 @@
-"""The MoE back-end table (config/backends.py) is the one place a back end is described: the schema's choices, the
+"""The MoE back-end table (config/kinds/backends.py) is the one place a back end is described: the schema's choices, the
 conf/moe files and the rows name the same back ends, and no other module tells back ends apart by name."""
 
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from moekit.config.backends import BACKENDS
+from moekit.config.kinds.backends import BACKENDS
 from moekit.config.schema import Moe
 
 REPO = Path(__file__).resolve().parents[1]

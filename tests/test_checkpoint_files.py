@@ -20,7 +20,7 @@ from conftest import moekit
 from moekit.checkpoint.convert import files, target
 from moekit.checkpoint.model import hf
 from moekit.checkpoint.model.hf_config import ConfigJsonError, checked
-from moekit.config.families import FAMILIES
+from moekit.config.kinds.families import FAMILIES
 
 TINY_QWEN3 = {
     "model_type": "qwen3_moe",

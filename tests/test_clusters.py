@@ -1,4 +1,4 @@
-"""The cluster-kind table (config/clusters.py): the schema's choices, conf/cluster, the rendezvous per kind, the
+"""The cluster-kind table (config/kinds/clusters.py): the schema's choices, conf/cluster, the rendezvous per kind, the
 render targets, the host probes and the docs name the same kinds, and no module tells kinds apart by name."""
 
 import typing
@@ -9,7 +9,7 @@ import yaml
 
 from conftest import compose
 from moekit.config.checks import warnings
-from moekit.config.clusters import CLUSTER_KINDS
+from moekit.config.kinds.clusters import CLUSTER_KINDS
 from moekit.config.schema import Cluster
 from moekit.preflight import host as preflight
 from moekit.render.targets import TARGETS
@@ -74,4 +74,4 @@ def test_a_key_of_another_kind_is_a_warning():
 
 
 def test_no_module_tells_cluster_kinds_apart_by_name():
-    assert compared(CLUSTER_KINDS, ["config/clusters.py"]) == []
+    assert compared(CLUSTER_KINDS, ["config/kinds/clusters.py"]) == []

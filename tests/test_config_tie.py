@@ -23,7 +23,7 @@ from conftest import REPO, compose, moekit
 from moekit.base.maxtext_files import model_values
 from moekit.checkpoint.model.architecture import differences, from_hf, from_maxtext
 from moekit.config import checks
-from moekit.config.families import FAMILIES
+from moekit.config.kinds.families import FAMILIES
 from moekit.config.schema import GPU_FACTS
 from moekit.plan import resolved_values
 

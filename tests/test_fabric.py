@@ -11,7 +11,7 @@ import pytest
 
 from conftest import compose, live_workers, moekit
 from moekit.base import failures
-from moekit.config.hardware import link_table
+from moekit.config.kinds.hardware import link_table
 from moekit.observe.reports import fabric_report
 from moekit.translate import fabric as tfabric
 from moekit.translate import fabric_verdict as fv

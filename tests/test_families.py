@@ -19,7 +19,7 @@ from moekit.checkpoint.model.architecture import HF_FAMILIES
 from moekit.config.checks import problems
 from moekit.config.checks.compute import QUANTIZED_MULTIPLE
 from moekit.config.compose import group_options
-from moekit.config.families import FAMILIES
+from moekit.config.kinds.families import FAMILIES
 from moekit.config.schema import DecoderBlock
 from moekit.plan import resolved_values
 from moekit.plan.model import Dims
@@ -33,7 +33,7 @@ CONF = REPO / "conf"
 MODELS = group_options("model")
 LADDER = group_options("ladder")
 TE_RUNG = "5_nccl_ep"  # the ladder's rung onto TE's MoE block (moe=te), which some families cannot run
-# Each family's layout experiments -> the rungs moekit refuses, with the reason its row gives (config/families.py).
+# Each family's layout experiments -> the rungs moekit refuses, with the reason its row gives (kinds/families.py).
 LAYOUTS = {
     lay.experiment: ({TE_RUNG: f.te_moe_block} if f.te_moe_block else {})
     for f in FAMILIES.values()
@@ -46,7 +46,7 @@ for _e, _refused in LAYOUTS.items():
 TINY = [f.tiny for f in FAMILIES.values()]
 
 
-# ---- the family table (config/families.py) names the families everywhere they must be ----
+# ---- the family table (config/kinds/families.py) names the families everywhere they must be ----
 
 
 def test_the_schema_choices_are_the_rows():
@@ -159,7 +159,7 @@ def test_no_module_tells_families_apart_by_name():
     # checkpoint/model/architecture.py's to_hf branches on Hugging Face's model_type (HF_FAMILIES' keys), some of
     # which are spelled like a family: those compares of `kind` there are Hugging Face's names, not the family's.
     hf_kind = re.compile(rf"\bkind == \"({'|'.join(map(re.escape, HF_FAMILIES))})\"")
-    found = compared(FAMILIES, ["config/families.py"])
+    found = compared(FAMILIES, ["config/kinds/families.py"])
     assert [ln for ln in found if not (ln.startswith("checkpoint/model/architecture.py:") and hf_kind.search(ln))] == []
 
 

@@ -18,7 +18,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("base",),  # errors, redaction, failure classes, versions, cache, console notices, MaxText's files
     ("rundir",),  # run directory files and records
-    ("config",),  # compose, schema, back-end and cluster-kind tables, checks, load
+    ("config",),  # compose, schema, kind tables (kinds/), checks, load
     ("te_gmm",),  # moe=te_gmm's own code (hook, grouped GEMM, host probe)
     ("translate",),  # config -> MaxText args, XLA flags, env, rendezvous, the fabric spec
     # pure rooms beside each other (observe.runs: summaries, steady steps; checkpoint.model: a checkpoint's model)

@@ -17,7 +17,7 @@ from conftest import compose, moekit
 from moekit import plan
 from moekit.base.errors import ConfigError
 from moekit.base.maxtext_files import model_values as maxtext_files
-from moekit.config.hardware import link_table
+from moekit.config.kinds.hardware import link_table
 from moekit.plan import inputs, memory, network, tables
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims
@@ -391,7 +391,7 @@ def _file_names_in_code(path: Path, names: set[str]) -> set[str]:
 
 
 def test_each_data_table_is_read_in_one_module():
-    """links.yaml was read by config/hardware.py, plan/tables.py and worker/fabric.py, forecast.yaml by three plan
+    """links.yaml was read by config/kinds/hardware.py, plan/tables.py and worker/fabric.py, forecast.yaml by three plan
     modules: now each file of moekit/data is named by one module's code, which the others take it from."""
     src = Path(plan.__file__).resolve().parents[1]
     names = {p.name for p in tables.DATA.iterdir()}
@@ -399,7 +399,7 @@ def test_each_data_table_is_read_in_one_module():
     for path in sorted(src.rglob("*.py")):
         for name in _file_names_in_code(path, names):
             readers.setdefault(name, []).append(str(path.relative_to(src)))
-    assert readers["links.yaml"] == ["config/hardware.py"]
+    assert readers["links.yaml"] == ["config/kinds/hardware.py"]
     assert readers["forecast.yaml"] == ["plan/tables.py"]
     assert {n: r for n, r in readers.items() if len(r) > 1} == {}
     # the one value they are read into is what `moekit plan` builds from: the link rates are the hardware's table

@@ -4,7 +4,7 @@ Runs in .venv-ref (torch + transformers on CPU; `make venv-ref`), never in the t
 
     .venv-ref/bin/python tests/reference/hf_tiny.py CONFIG.json OUT_DIR [TOKENS.npy]
 
-CONFIG.json is a family row's tiny reference config (HfModel.tiny_config in src/moekit/config/families.py, written
+CONFIG.json is a family row's tiny reference config (HfModel.tiny_config in src/moekit/config/kinds/families.py, written
 out by tests/reference/parity.py: this venv has no moekit). Writes OUT_DIR/config.json + model.safetensors
 (save_pretrained, fp32) and, given token ids (int32, batch x length+1: inputs are [:, :-1], targets [:, 1:]),
 OUT_DIR/logits.npy (fp32) and OUT_DIR/reference.json (the mean next-token cross entropy, the model class,

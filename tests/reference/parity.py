@@ -19,12 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
-from moekit.config.families import FAMILIES as FAMILY_ROWS
+from moekit.config.kinds.families import FAMILIES as FAMILY_ROWS
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
 REF_PY = REPO / ".venv-ref" / "bin" / "python"
-# hf_tiny family -> its row's Hugging Face entry (config/families.py): the parity references, and the entries
+# hf_tiny family -> its row's Hugging Face entry (config/kinds/families.py): the parity references, and the entries
 # without one (MaxText has no mapping for them; the table says why).
 REFERENCES = {h.tiny: h for f in FAMILY_ROWS.values() for h in f.hf if h.tiny}
 FAMILIES = {name: (h.option, h.reference_class) for name, h in REFERENCES.items()}

@@ -13,10 +13,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from moekit.config.backends import BACKENDS, Backend
-from moekit.config.clusters import CLUSTER_KINDS, ClusterKind
-from moekit.config.families import FAMILIES
-from moekit.config.hardware import link_classes
+from moekit.config.kinds.backends import BACKENDS, Backend
+from moekit.config.kinds.clusters import CLUSTER_KINDS, ClusterKind
+from moekit.config.kinds.families import FAMILIES
+from moekit.config.kinds.hardware import link_classes
 
 Scalar = str | int | float | bool | None
 
@@ -140,7 +140,7 @@ class Expect(Section):
     """Required: every expected number says where it comes from."""
 
 
-# The families' decoder blocks, one per row of config/families.py (pydantic's refusal of another lists them).
+# The families' decoder blocks, one per row of config/kinds/families.py (pydantic's refusal of another lists them).
 DecoderBlock = Literal[tuple(FAMILIES)]  # type: ignore[valid-type]
 
 
@@ -361,7 +361,7 @@ class Cluster(Section):
     """Where the job's processes run (local, JobSet or Slurm), how many, and the job's cluster settings.
 
     One flat set of keys, as users type them (cluster.partition, cluster.namespace): the keys only one kind reads
-    are listed on that kind's row (config/clusters.py `keys`; docs/kubernetes.md, docs/slurm.md), and one set for
+    are listed on that kind's row (config/kinds/clusters.py `keys`; docs/kubernetes.md, docs/slurm.md), and one set for
     another kind draws a warning. The rest (counts, ports, names, volumes, env, grace) every cluster job reads."""
 
     kind: Literal["local", "jobset", "slurm"]
@@ -415,7 +415,7 @@ class Cluster(Section):
 
     @property
     def row(self) -> ClusterKind:
-        """The cluster kind's row (config/clusters.py): its hosts, where its run directories live."""
+        """The cluster kind's row (config/kinds/clusters.py): its hosts, where its run directories live."""
         return CLUSTER_KINDS[self.kind]
 
     @property
@@ -644,7 +644,7 @@ class Config(Section):
 
     @property
     def backend(self) -> Backend:
-        """The MoE back end's row (config/backends.py): what moe=<backend> runs and needs."""
+        """The MoE back end's row (config/kinds/backends.py): what moe=<backend> runs and needs."""
         return BACKENDS[self.moe.backend]
 
     @property

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from moekit.config.backends import BACKENDS
+from moekit.config.kinds.backends import BACKENDS
 from moekit.plan import memory, network
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims, dtype_bytes

@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from moekit.config.hardware import link_table, read_yaml
+from moekit.config.kinds.hardware import link_table, read_yaml
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -24,7 +24,7 @@ class Tables:
     """The facts a plan is built from, besides the config and MaxText's own files."""
 
     links: Mapping[str, Mapping[str, Any]]
-    """Link class -> {gb_per_s (per GPU, one direction), source}: data/links.yaml, read by config/hardware.py."""
+    """Link class -> {gb_per_s (per GPU, one direction), source}: data/links.yaml, read by config/kinds/hardware.py."""
     calibration: Mapping[str, Any]
     """data/plan_calibration.yaml: the memory estimate's device factor and the peaks it was calibrated on."""
     forecast: Mapping[str, Any] | None

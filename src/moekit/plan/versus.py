@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from moekit.base.errors import ConfigError
-from moekit.config import hardware
 from moekit.config.compose import config_dir
+from moekit.config.kinds import hardware
 from moekit.config.schema import Config
 from moekit.plan import calibrate, tables
 from moekit.plan.forecast import Forecast, forecast, params_from

@@ -328,7 +328,7 @@ PROBES: tuple[Probe, ...] = (
 
 def is_target(cfg: Config, host: Host) -> tuple[bool, str]:
     """Whether this host is where the job's processes would run, and why (the cluster kind's row says how to tell:
-    config/clusters.py)."""
+    config/kinds/clusters.py)."""
     c, row = cfg.cluster, cfg.cluster.row
     if not row.one_host:
         if host.environ.get(row.job_env):

@@ -13,5 +13,5 @@ BUCKETS_ENV = "MOEKIT_RAGGED_DOT_BUCKETS"  # static row counts per call (expert 
 
 
 def engaged(environ: dict[str, str]) -> bool:
-    """Whether this worker's environment asks for the hook (the back end's contract: config/backends.py)."""
+    """Whether this worker's environment asks for the hook (the back end's contract: config/kinds/backends.py)."""
     return bool(environ.get(MODE_ENV))

@@ -42,7 +42,7 @@ def env_vars(cfg: Config) -> list[EnvVar]:
     put(f"xla={cfg.xla.name}", cfg.xla.env)
     if cfg.model.attention in ATTENTION_ENV:
         put(f"model.attention={cfg.model.attention}", ATTENTION_ENV[cfg.model.attention])
-    if cfg.backend.hook:  # the back end's own package sets what its workers read (config/backends.py)
+    if cfg.backend.hook:  # the back end's own package sets what its workers read (config/kinds/backends.py)
         job_env = importlib.import_module(cfg.backend.hook_module("job_env"))
         out.extend(EnvVar(name, value, origin) for name, value, origin in job_env.entries(cfg))
     if cfg.moe.dispatch == "nccl_ep" and cfg.cluster.nodes > 1:

@@ -66,7 +66,7 @@ def link_names(platform: str) -> dict[str, str]:
 
 def expected_rates(classes: Mapping[str, Any], links: Mapping[str, str] | None) -> dict[str, dict[str, Any]]:
     """Per link class the rate `moekit plan` assumes (GB/s per GPU, one direction; `classes`: link class -> its
-    entry in links.yaml, config.hardware.link_table) for the hardware row's `links` and its source; empty without
+    entry in links.yaml, config.kinds.hardware.link_table) for the hardware row's `links` and its source; empty without
     links (CPU: nothing to compare with)."""
     if not links:
         return {}

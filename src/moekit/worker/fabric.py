@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from moekit.config.hardware import link_table
+from moekit.config.kinds.hardware import link_table
 from moekit.translate import fabric_verdict as fv
 
 FABRIC_ENV = fv.FABRIC_ENV

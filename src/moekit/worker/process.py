@@ -22,7 +22,7 @@ import yaml
 
 from moekit.base.failures import JOINED, JOINING
 from moekit.base.redact import is_secret_name
-from moekit.config.backends import BACKENDS
+from moekit.config.kinds.backends import BACKENDS
 from moekit.rundir import PROFILE_DIR_ENV
 from moekit.translate import rendezvous as rz
 from moekit.worker import step_events
@@ -220,7 +220,7 @@ def point_maxtext_at_its_assets(environ: dict[str, str]) -> dict[str, str]:
 
 
 def install_backend_hooks(environ: dict[str, str]) -> None:
-    """Put in place the hook of each back end whose package (its row's `hook`, config/backends.py) this worker's
+    """Put in place the hook of each back end whose package (its row's `hook`, config/kinds/backends.py) this worker's
     environment engages; a hook that refuses stops the worker with its reason."""
     for name in sorted({b.hook for b in BACKENDS.values() if b.hook}):
         if importlib.import_module(f"moekit.{name}").engaged(environ):

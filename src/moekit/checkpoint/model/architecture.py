@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from moekit.config.families import FAMILIES, Family
+from moekit.config.kinds.families import FAMILIES, Family
 
 # MaxText's decoder block for each Hugging Face model_type moekit has a family for (the rows' hf).
 HF_FAMILIES = {h.model_type: f.decoder_block for f in FAMILIES.values() for h in f.hf}
@@ -37,7 +37,7 @@ _LLAMA31_SCALING = {
 
 def from_maxtext(v: Mapping[str, Any]) -> dict[str, Any]:
     """The architecture of the model MaxText builds from these resolved keys."""
-    f = FAMILIES[v["decoder_block"]]  # what this family's decoder reads (config/families.py)
+    f = FAMILIES[v["decoder_block"]]  # what this family's decoder reads (config/kinds/families.py)
     n = int(v["base_num_decoder_layers"])
     if f.leading_dense:
         moe = [i >= int(v["first_num_dense_layers"]) for i in range(n)]

@@ -15,9 +15,9 @@ from typing import Any
 from moekit.base.errors import MoekitError
 from moekit.checkpoint.model.architecture import HF_FAMILIES, differences, from_hf, from_maxtext, model_overrides
 from moekit.checkpoint.model.hf_config import bound_by_tensors
-from moekit.config.families import FAMILIES
+from moekit.config.kinds.families import FAMILIES
 
-# The family rows' Hugging Face side (config/families.py HfModel): the MaxText 0.2.5 param mapping
+# The family rows' Hugging Face side (config/kinds/families.py HfModel): the MaxText 0.2.5 param mapping
 # (PARAM_MAPPING/HOOK_FNS/HF_SHAPE key) of each model_type, or the reason there is none; the per-expert mappings.
 _HF = [h for f in FAMILIES.values() for h in f.hf]
 MAPPING_KEYS = {h.model_type: h.mapping for h in _HF if h.mapping}

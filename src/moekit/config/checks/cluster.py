@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from moekit.base.redact import is_secret_name
 from moekit.config import formats
 from moekit.config.checks.problem import Problem
-from moekit.config.clusters import CLUSTER_KINDS
+from moekit.config.kinds.clusters import CLUSTER_KINDS
 from moekit.config.schema import Cluster, Config
 
 

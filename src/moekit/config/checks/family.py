@@ -1,6 +1,6 @@
 """Checks that know each MoE family's routing: what MaxText 0.2.5 would refuse, or silently ignore, for it.
 
-Listed in config.checks.CHECKS; pure like the others. The facts come from config/families.py.
+Listed in config.checks.CHECKS; pure like the others. The facts come from config/kinds/families.py.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from moekit.config.checks.problem import Problem
-from moekit.config.families import FAMILIES, GROUP_ROUTING_MODELS, ROUTING_DEFAULTS
+from moekit.config.kinds.families import FAMILIES, GROUP_ROUTING_MODELS, ROUTING_DEFAULTS
 from moekit.config.schema import Config, Routing
 
 ROUTING_KEYS = tuple(Routing.model_fields)
