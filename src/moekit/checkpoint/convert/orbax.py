@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from moekit.base.progress import Progress
 from moekit.checkpoint.model.hf import CheckpointError, HfCheckpoint
 from moekit.config.checks.checkpoint import ITEMS, RECORD
-from moekit.prepare.text_shards import Progress
 
 
 @dataclass(slots=True)
