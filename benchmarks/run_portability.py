@@ -28,10 +28,9 @@ import moekit_python  # noqa: E402, F401 (re-runs this script with .venv/bin/pyt
 import run_presets  # noqa: E402
 
 from moekit import plan  # noqa: E402
-from moekit.base import maxtext_files  # noqa: E402
 from moekit.config.compose import compose  # noqa: E402
+from moekit.plan import calibrate, tables  # noqa: E402
 from moekit.plan.model import Dims  # noqa: E402
-from moekit.plan.tables import data as data_file  # noqa: E402
 
 FAMILIES = {  # name -> proxy experiment
     "dsv3": "dsv3_proxy_h200",
@@ -52,7 +51,7 @@ START_S, COMPILE_S = 20.0, 60.0
 
 def flops(cfg) -> tuple[float, float]:
     """(MaxText's training TFLOP per step, the routed experts' part of it) for one device."""
-    dims = Dims.from_values(plan.resolved_values(cfg, *maxtext_files.model_values(cfg.model.name)))
+    dims = Dims.from_values(calibrate.values_of(cfg))
     routed = 3 * dims.moe_layers * 2 * dims.tokens * dims.top_k * dims.mlp_params(dims.moe_mlp)
     return dims.train_flops() / 1e12, routed / 1e12
 
@@ -77,12 +76,7 @@ def estimate_s(cfg, steps: int, rates: tuple[float, float]) -> float:
 
 def device_gib(cfg) -> tuple[float, float]:
     """moekit plan's device-memory estimate and the usable memory of one device, GiB."""
-    out = plan.build(
-        cfg,
-        *maxtext_files.model_values(cfg.model.name),
-        data_file("links.yaml"),
-        data_file("plan_calibration.yaml"),
-    )
+    out = plan.build(cfg, tables.shipped())
     return out["memory"]["device_gib"], out["memory"]["device_limit_gib"] or float("nan")
 
 
