@@ -18,6 +18,9 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generate import between  # noqa: E402  (scripts/ is no package: the one path beside it)
+
 REPO = Path(__file__).resolve().parents[1]
 INDEX = REPO / "docs" / "performance.md"
 PAGES = REPO / "docs" / "performance"
@@ -82,16 +85,9 @@ def listing() -> str:
     return "\n".join(out)
 
 
-def fill(text: str, marks: tuple[str, str], body: str) -> str:
-    begin, end = text.find(marks[0]), text.find(marks[1])
-    if begin < 0 or end < begin:
-        raise SystemExit(f"{INDEX.relative_to(REPO)} has no {marks[0]} ... {marks[1]}: put them back")
-    return text[: begin + len(marks[0])] + "\n" + body + "\n" + text[end:]
-
-
 def index() -> str:
     """The index as its pages give it."""
-    return fill(fill(INDEX.read_text(), HEADLINE, headline()), LISTING, listing())
+    return between(between(INDEX.read_text(), *HEADLINE, headline()), *LISTING, listing())
 
 
 def problems(index_text: str) -> list[str]:
