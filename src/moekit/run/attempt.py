@@ -9,21 +9,23 @@ from datetime import UTC, datetime
 
 from moekit.run import before_launch, checkpoints, follow, outcome, verdict
 from moekit.run.setup import Run
-from moekit.rundir import records
+from moekit.rundir import attempts, records
 
 
 def until_done(ctx: Run, previous: records.Manifest | None, now: datetime) -> int:
-    """Attempt the run until an attempt ends it (no checkpoint to fall back to); moekit train's exit status."""
-    while True:
-        rc = one(ctx, previous, now)
-        fallback = checkpoints.after_attempt(ctx.run, ctx.root, ctx.cfg.run_name)
-        if fallback is None:
-            return rc
-        previous, message, again = fallback
-        print(message, file=sys.stderr, flush=True)
-        if not again:
-            return rc
-        now = datetime.now(UTC)
+    """Attempt the run until an attempt ends it (no checkpoint to fall back to), holding the records' lock (one
+    moekit at a time runs a run directory); moekit train's exit status."""
+    with attempts.locked(ctx.run):
+        while True:
+            rc = one(ctx, previous, now)
+            fallback = checkpoints.after_attempt(ctx.run, ctx.root, ctx.cfg.run_name)
+            if fallback is None:
+                return rc
+            previous, message, again = fallback
+            print(message, file=sys.stderr, flush=True)
+            if not again:
+                return rc
+            now = datetime.now(UTC)
 
 
 def one(ctx: Run, previous: records.Manifest | None, now: datetime) -> int:
