@@ -157,7 +157,7 @@ ALL = (*CLASSES, KILLED, PREEMPTED, HANG, UNFINISHED, NOT_STARTED, TIMEOUT, REFU
 BY_NAME = {c.name: c for c in ALL}  # "error": OTHER, the last (UNRECORDED shares its name and its meaning)
 # The classes moekit acts on beyond printing them.
 CORRUPT_CHECKPOINT = BY_NAME["corrupt_checkpoint"]  # run/checkpoints.py sets the checkpoint aside and resumes
-DISK_FULL = BY_NAME["disk_full"]  # run/execute.py says whether bytes or inodes ran out
+DISK_FULL = BY_NAME["disk_full"]  # run/outcome.py says whether bytes or inodes ran out
 
 # Written by moekit.worker around jax.distributed.initialize.
 JOINING = "moekit: joining rendezvous"
