@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
+from moekit import attention
 from moekit.config.checks.checkpoint import ITEMS
 from moekit.config.schema import Config, Scalar
 from moekit.translate import profile, values
@@ -139,7 +140,7 @@ def _memory_and_layout(cfg: Config, put: _Put) -> None:
     mem = f"memory={cfg.memory.name}"
     put(mem, remat_policy=cfg.memory.remat_policy, **cfg.memory.tensors)
     if cfg.model.attention:
-        put("model.attention", attention=cfg.model.attention)
+        put("model.attention", attention=attention.maxtext_kernel(cfg.model.attention))
     ici, dcn = cfg.ici_filled, cfg.parallelism.dcn
     put("parallelism.ici", **{f"ici_{k}_parallelism": v for k, v in ici.items()})
     put("parallelism.dcn", **{f"dcn_{k}_parallelism": v for k, v in dcn.items()})
