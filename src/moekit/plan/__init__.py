@@ -128,6 +128,7 @@ def _memory_out(mem: memory.MemoryPlan, calibration: Mapping[str, Any]) -> dict[
         "fits": not mem.warnings,
         "warnings": mem.warnings,
         "notes": mem.notes,
+        "te_ep": mem.te_ep.to_dict() if mem.te_ep else None,
         "calibration": {
             "device_factor": float(calibration.get("device_factor", 1.0)),
             "status": calibration.get("status", "uncalibrated"),
