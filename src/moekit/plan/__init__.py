@@ -113,8 +113,8 @@ def build(cfg: Config, tables: Tables, options: Options = Options()) -> dict[str
         su0 = calibrate.setup(cfg, values, tables.links)  # a row that is no GPU's is refused here
         params = forecast.params_from(tables.forecast, options.fabric)
         out["search"] = search.rank(cfg, su0, params, float(tables.calibration.get("device_factor", 1.0)))
-        f = out["forecast"]
-        if f.get("band_validated", True):  # the configuration's own band: layouts inside it are not ordered by it
+        f = out.get("forecast")
+        if f and f.get("band_validated", True):  # the configuration's own band: layouts inside it are not ordered by it
             band = (1 - f["step_low_s"] / f["step_s"], f["step_high_s"] / f["step_s"] - 1)
             out["search_ties"] = search.mark_ties(out["search"], *band)
     return out
