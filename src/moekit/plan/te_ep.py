@@ -113,7 +113,8 @@ class Buffers:
             out.append(
                 "an overflowing step: NCCL EP drops the tokens past the capacity (drop_on_overflow) and counts them; "
                 f"MaxText logs learning/te_moe_capacity_overflow and stops the run at its next check (every "
-                f"{self.check_every} steps: moe.overflow_check_every) naming the step"
+                f"{self.check_every} steps: moe.overflow_check_every) naming the step; moekit's failure class: "
+                "TE receive buffer overflow"
             )
         else:
             out.append("no step can overflow: the worst case is reserved (drop_on_overflow off)")
