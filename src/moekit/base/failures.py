@@ -68,6 +68,11 @@ CLASSES = (
         "fabric check failed",
         (r"moekit: fabric failure: .*",),
     ),
+    FailureClass(  # MaxText 0.2.5 (trainers/pre_train/train.py) at its host check of the TE block's overflow flag
+        "te_receive_overflow",
+        "TE receive buffer overflow",
+        (r"TE MoE receive capacity overflow at training step \d+",),
+    ),
     FailureClass(
         "out_of_memory",
         "out of memory",
