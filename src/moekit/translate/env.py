@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import NamedTuple
 
-from moekit import attention
+from moekit.config.kinds import attention
 from moekit.config.schema import Config, Scalar
 from moekit.translate import values
 from moekit.translate.xla_flags import xla_flags

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from moekit import attention
+from moekit.config.kinds import attention
 from moekit.config.checks.checkpoint import ITEMS
 from moekit.config.schema import Config, Scalar
 from moekit.translate import profile, values

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moekit import attention
+from moekit.config.kinds import attention
 from moekit.config.checks.problem import Problem
 from moekit.config.schema import Config
 
