@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from moekit.base import failures
 from moekit.config import formats
 from moekit.config.schema import Config, Volume
 from moekit.translate import rendezvous as rz
@@ -24,6 +25,14 @@ COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
 DISRUPTION_RULE = "NodeDisruption"
+RENDEZVOUS_RULE = "RendezvousTimeout"
+BIND_ADDRESS = "JAX_COORDINATOR_BIND_ADDRESS"  # read by jax.distributed.initialize (jax/_src/distributed.py)
+
+
+def rendezvous_exit_message(cfg: Config) -> str:
+    """What the Job controller writes when a pod fails the Job through the rendezvous rule of its podFailurePolicy
+    (Kubernetes: "Container <c> for pod <ns>/<pod> failed with exit code <n> matching FailJob rule at index <i>")."""
+    return f"exit code {failures.RENDEZVOUS_TIMEOUT.exit_status} matching FailJob rule"
 
 
 def job_name(cfg: Config) -> str:
@@ -61,6 +70,10 @@ def pod_env(cfg: Config) -> list[dict[str, Any]]:
         {"name": rz.JOBSET_NUM_NODES, "value": str(c.nodes)},
         {"name": rz.JOBSET_NODE_RANK, **_field(f"metadata.annotations['{COMPLETION_INDEX_KEY}']")},
     ]
+    if cfg.network.host_network:
+        # JAX binds the coordinator to [::]:<port> by default: on a node whose IPv6 is off or bindv6only, peers
+        # dialing its IPv4 address are refused. The port must be given too, or the service binds elsewhere.
+        env.append({"name": BIND_ADDRESS, "value": f"0.0.0.0:{c.coordinator_port}"})
     env += [{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}} for s in c.secrets]
     env += [{"name": k, "value": v} for k, v in c.env.items()]
     return env
@@ -135,9 +148,18 @@ def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "failurePolicy": {
             "maxRestarts": c.max_restarts,
-            # A Job that failed through its podFailurePolicy (node drained or preempted) restarts the group
-            # without spending maxRestarts; any other failure spends one restart.
+            # No new pod while an old one still runs: a restarted group never meets the last attempt's processes.
+            "restartStrategy": "BlockingRecreate",
+            # A rendezvous that timed out (a pod never came) fails the set: a restart would recreate the same
+            # unschedulable pod. A Job that failed through its other podFailurePolicy rule (node drained or
+            # preempted) restarts the group without spending maxRestarts; any other failure spends one restart.
             "rules": [
+                {
+                    "name": RENDEZVOUS_RULE,
+                    "action": "FailJobSet",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                    "onJobFailureMessagePatterns": [rendezvous_exit_message(cfg)],
+                },
                 {
                     "name": DISRUPTION_RULE,
                     "action": "RestartJobSetAndIgnoreMaxRestarts",
@@ -158,6 +180,14 @@ def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
                         "backoffLimit": 0,
                         "podFailurePolicy": {
                             "rules": [
+                                {
+                                    "action": "FailJob",
+                                    "onExitCodes": {
+                                        "containerName": CONTAINER,
+                                        "operator": "In",
+                                        "values": [failures.RENDEZVOUS_TIMEOUT.exit_status],
+                                    },
+                                },
                                 {
                                     "action": "FailJob",
                                     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
@@ -214,6 +244,20 @@ def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
             f"cluster.max_restarts; a drained or preempted node ({DISRUPTION_RULE}) restarts the group for free",
         ),
         (
+            ("spec", "failurePolicy", "restartStrategy"),
+            "a restart creates the new pods once the old ones are gone: no old process meets the new coordinator",
+        ),
+        (
+            ("spec", "failurePolicy", "rules", 0, "name"),
+            f"a pod that never joined within cluster.rendezvous_timeout_s={c.rendezvous_timeout_s} s fails the set "
+            "(marin #5480, #7232): restarting would wait for the same unschedulable pod again",
+        ),
+        (
+            (*_JOB, "podFailurePolicy", "rules", 0, "action"),
+            f"moekit exits {failures.RENDEZVOUS_TIMEOUT.exit_status} when its rendezvous timed out "
+            "(RendezvousTimeout above)",
+        ),
+        (
             (*_JOB, "parallelism"),
             f"cluster.nodes: one pod per node, all at once. The mesh ({mesh}) has {cfg.num_devices} devices = "
             f"{c.nodes} nodes x {c.gpus_per_node} {unit}; completions = parallelism, each pod's completion index is "
@@ -249,12 +293,21 @@ def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
             "the JobSet controller writes into this annotation",
         ),
         ((*_CONTAINER, "env", 1, "name"), "cluster.coordinator_port: process 0's jax.distributed service"),
+
         (
             (*_CONTAINER, "env", 3, "name"),
             f"node rank = the completion index; process id = rank x {c.processes_per_node} process(es) per node "
             "+ local rank",
         ),
     ]
+    if net.host_network:
+        out.append(
+            (
+                (*_CONTAINER, "env", 4, "name"),
+                "hostNetwork: bind the coordinator on IPv4, port included (JAX's default [::] fails where the node's "
+                "IPv6 is off or bindv6only is set; marin #8244)",
+            )
+        )
     limits = []
     if cfg.hardware.platform == "gpu":
         limits.append(f"{GPU_RESOURCE}: cluster.gpus_per_node")
