@@ -14,7 +14,9 @@ Dockerfile's ENTRYPOINT, which runs when a container gives args and no command).
 (backoffLimit: 0) and the JobSet then stops every other pod (failurePolicy), as the controller does. A
 preempted (evicted) pod is deleted as the kubelet deletes one: SIGTERM to the container's PID 1, SIGKILL after
 the pod's terminationGracePeriodSeconds; its DisruptionTarget condition fails its Job through the
-podFailurePolicy, and the JobSet restarts the group under its failurePolicy rule for that reason.
+podFailurePolicy, and the JobSet restarts the group under its failurePolicy rule for that reason. A pod may
+start late or never (Pending: no node, an image pull); a failed Job's reason and message are the Job controller's, and
+the JobSet's failurePolicy rules are matched against them in order.
 """
 
 from __future__ import annotations
@@ -338,8 +340,18 @@ def run_jobset(
             pods = materialize(manifest, restarts)
             folder = workdir / f"attempt{restarts}"
             codes, state, failed = _attempt(
-                net, pods, folder, start + timeout_s, lose or {}, controller, restarts, claims, evict or {}, grace,
-                used, late or {},
+                net,
+                pods,
+                folder,
+                start + timeout_s,
+                lose or {},
+                controller,
+                restarts,
+                claims,
+                evict or {},
+                grace,
+                used,
+                late or {},
             )
             if state not in ("Failed", "Evicted") or failed is None:
                 break

@@ -1,7 +1,8 @@
 """Render a composed config as a Kubernetes JobSet (jobset.x-k8s.io/v1alpha2), as plain data (pure).
 
 One replicated job `workers` of cluster.nodes pods (Indexed, backoffLimit 0, restartPolicy Never: a lone
-restarted JAX process cannot rejoin its peers, so the whole group restarts through failurePolicy). Each
+restarted JAX process cannot rejoin its peers, so the whole group restarts through failurePolicy, once the old pods
+are gone; a process that waited out cluster.rendezvous_timeout_s fails the set instead: docs/known-issues.md). Each
 pod runs `moekit train` with the same overrides; rendezvous.from_jobset derives rank and coordinator from
 the environment written here. The coordinator host comes from the annotation the JobSet controller puts
 on every pod (spec.coordinator), so renaming the JobSet (kustomize) keeps it right.
@@ -157,14 +158,13 @@ def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
                 {
                     "name": RENDEZVOUS_RULE,
                     "action": "FailJobSet",
-                    "onJobFailureReasons": ["PodFailurePolicy"],
-                    "onJobFailureMessagePatterns": [rendezvous_exit_message(cfg)],
+                    "onJobFailureMessagePatterns": [rendezvous_exit_message(cfg)],  # only that podFailurePolicy rule's
                 },
                 {
                     "name": DISRUPTION_RULE,
                     "action": "RestartJobSetAndIgnoreMaxRestarts",
                     "onJobFailureReasons": ["PodFailurePolicy"],
-                }
+                },
             ],
         },
         "successPolicy": {"operator": "All"},
@@ -182,16 +182,15 @@ def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
                             "rules": [
                                 {
                                     "action": "FailJob",
+                                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                                },
+                                {
+                                    "action": "FailJob",
                                     "onExitCodes": {
-                                        "containerName": CONTAINER,
                                         "operator": "In",
                                         "values": [failures.RENDEZVOUS_TIMEOUT.exit_status],
                                     },
                                 },
-                                {
-                                    "action": "FailJob",
-                                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                                }
                             ]
                         },
                         "template": {"metadata": {"labels": pod_labels}, "spec": _pod_spec(cfg, overrides)},
@@ -241,21 +240,14 @@ def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
         ),
         (
             ("spec", "failurePolicy", "maxRestarts"),
-            f"cluster.max_restarts; a drained or preempted node ({DISRUPTION_RULE}) restarts the group for free",
+            f"cluster.max_restarts; a drained or preempted node ({DISRUPTION_RULE}) restarts the group for free; "
+            "new pods start once the old are gone (no old process meets the new coordinator: marin PR #7651)",
         ),
         (
-            ("spec", "failurePolicy", "restartStrategy"),
-            "a restart creates the new pods once the old ones are gone: no old process meets the new coordinator",
-        ),
-        (
-            ("spec", "failurePolicy", "rules", 0, "name"),
-            f"a pod that never joined within cluster.rendezvous_timeout_s={c.rendezvous_timeout_s} s fails the set "
-            "(marin #5480, #7232): restarting would wait for the same unschedulable pod again",
-        ),
-        (
-            (*_JOB, "podFailurePolicy", "rules", 0, "action"),
-            f"moekit exits {failures.RENDEZVOUS_TIMEOUT.exit_status} when its rendezvous timed out "
-            "(RendezvousTimeout above)",
+            (*_JOB, "podFailurePolicy", "rules", 1, "action"),
+            f"moekit exits {failures.RENDEZVOUS_TIMEOUT.exit_status} when a pod never joined within "
+            f"cluster.rendezvous_timeout_s={c.rendezvous_timeout_s} s: the set fails ({RENDEZVOUS_RULE}) rather than "
+            "recreate a pod that could not be scheduled (marin #5480)",
         ),
         (
             (*_JOB, "parallelism"),
@@ -293,7 +285,6 @@ def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
             "the JobSet controller writes into this annotation",
         ),
         ((*_CONTAINER, "env", 1, "name"), "cluster.coordinator_port: process 0's jax.distributed service"),
-
         (
             (*_CONTAINER, "env", 3, "name"),
             f"node rank = the completion index; process id = rank x {c.processes_per_node} process(es) per node "
