@@ -72,6 +72,10 @@ def test_rendered_jobset_waits_for_the_last_pod_and_fails_instead_of_looping():
     assert any(re.search(p, message) for p in first["onJobFailureMessagePatterns"])
     other = "Pod default/p has condition DisruptionTarget matching FailJob rule at index 0"
     assert not any(re.search(p, other) for p in first["onJobFailureMessagePatterns"])
+    # ... and the free-restart rule of a drained node matches only its own message, in any order of the rules
+    (free,) = [r for r in spec["failurePolicy"]["rules"] if r["action"] == "RestartJobSetAndIgnoreMaxRestarts"]
+    assert any(re.search(p, other) for p in free["onJobFailureMessagePatterns"])
+    assert not any(re.search(p, message) for p in free["onJobFailureMessagePatterns"])
     assert failures.exit_status(failures.RENDEZVOUS_TIMEOUT.failure(-6, "x")) == code
     assert failures.exit_status(failures.OTHER.failure(1, "x")) == 1
 

@@ -164,6 +164,7 @@ def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
                     "name": DISRUPTION_RULE,
                     "action": "RestartJobSetAndIgnoreMaxRestarts",
                     "onJobFailureReasons": ["PodFailurePolicy"],
+                    "onJobFailureMessagePatterns": ["condition DisruptionTarget matching FailJob rule"],
                 },
             ],
         },
