@@ -229,6 +229,33 @@ def _axes(axes: dict[str, int]) -> str:
     return " x ".join(f"{k} {v}" for k, v in axes.items() if v != 1) or "1"
 
 
+def _failure_comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
+    """The reasons of the start-up and failure contract: restarts, the rendezvous timeout's rule, the bind address
+    on hostNetwork (docs/known-issues.md)."""
+    out: list[tuple[tuple[str | int, ...], str]] = [
+        (
+            ("spec", "failurePolicy", "maxRestarts"),
+            f"cluster.max_restarts; a drained or preempted node ({DISRUPTION_RULE}) restarts the group for free; "
+            "new pods start once the old are gone (no old process meets the new coordinator: marin PR #7651)",
+        ),
+        (
+            (*_JOB, "podFailurePolicy", "rules", 1, "action"),
+            f"moekit exits {failures.RENDEZVOUS_TIMEOUT.exit_status} when a pod never joined within "
+            f"cluster.rendezvous_timeout_s={cfg.cluster.rendezvous_timeout_s} s: the set fails ({RENDEZVOUS_RULE}) "
+            "rather than recreate a pod that could not be scheduled (marin #5480)",
+        ),
+    ]
+    if cfg.network.host_network:
+        out.append(
+            (
+                (*_CONTAINER, "env", 4, "name"),
+                "hostNetwork: bind the coordinator on IPv4, port included (JAX's default [::] fails where the node's "
+                "IPv6 is off or bindv6only is set; marin #8244)",
+            )
+        )
+    return out
+
+
 def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
     """(path, text) for each field whose value a rule sets: the reason, or the arithmetic, at the field."""
     c, net = cfg.cluster, cfg.network
@@ -239,17 +266,7 @@ def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
             ("spec", "suspend"),
             "cluster.queue: Kueue admits the JobSet (unsuspends it) when its LocalQueue has quota",
         ),
-        (
-            ("spec", "failurePolicy", "maxRestarts"),
-            f"cluster.max_restarts; a drained or preempted node ({DISRUPTION_RULE}) restarts the group for free; "
-            "new pods start once the old are gone (no old process meets the new coordinator: marin PR #7651)",
-        ),
-        (
-            (*_JOB, "podFailurePolicy", "rules", 1, "action"),
-            f"moekit exits {failures.RENDEZVOUS_TIMEOUT.exit_status} when a pod never joined within "
-            f"cluster.rendezvous_timeout_s={c.rendezvous_timeout_s} s: the set fails ({RENDEZVOUS_RULE}) rather than "
-            "recreate a pod that could not be scheduled (marin #5480)",
-        ),
+        *_failure_comments(cfg),
         (
             (*_JOB, "parallelism"),
             f"cluster.nodes: one pod per node, all at once. The mesh ({mesh}) has {cfg.num_devices} devices = "
@@ -292,14 +309,6 @@ def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
             "+ local rank",
         ),
     ]
-    if net.host_network:
-        out.append(
-            (
-                (*_CONTAINER, "env", 4, "name"),
-                "hostNetwork: bind the coordinator on IPv4, port included (JAX's default [::] fails where the node's "
-                "IPv6 is off or bindv6only is set; marin #8244)",
-            )
-        )
     limits = []
     if cfg.hardware.platform == "gpu":
         limits.append(f"{GPU_RESOURCE}: cluster.gpus_per_node")
