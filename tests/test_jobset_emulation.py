@@ -608,6 +608,9 @@ def test_a_pod_that_never_starts_fails_the_jobset_instead_of_restarting_it(tmp_p
         r for r in looping["spec"]["failurePolicy"]["rules"] if r["name"] != "RendezvousTimeout"
     ]
     assert jobset_action(looping, reason, message) == "RestartJobSet"
+    # A preempted pod (DisruptionTarget) still restarts the group for free, with or without that rule.
+    evicted = job_failure(manifest, pod0, None, disrupted=True)
+    assert jobset_action(manifest, *evicted) == jobset_action(looping, *evicted) == "RestartJobSetAndIgnoreMaxRestarts"
 
 
 @pytest.mark.soak
