@@ -158,7 +158,12 @@ def _checkpoint_and_processes(cfg: Config, put: _Put) -> None:
     if cfg.num_processes == 1:
         # One process: no coordinator to wait for.
         put("cluster (one process)", skip_jax_distributed_system=True)
-    elif cfg.hardware.platform == "cpu":
+    else:
+        # moekit's worker joins the rendezvous before MaxText (worker/process.py) and MaxText 0.2.5 then skips its own
+        # jax.distributed.initialize; should it ever be the one to join, it waits this long too. MaxText reads only this
+        # key (max_utils.maybe_initialize_jax_distributed_system; its default 300), never an environment variable.
+        put("cluster.rendezvous_timeout_s", jax_distributed_initialization_timeout=cfg.cluster.rendezvous_timeout_s)
+    if cfg.num_processes > 1 and cfg.hardware.platform == "cpu":
         # Only process 0 writes JAX's persistent compilation cache, so only process 0 finds its executable there: it
         # starts the first step minutes before the others finish compiling, and XLA:CPU's Gloo gives up after 30 s
         # (measured on this 2-core machine, 2026-12-03). Compile every time instead.
