@@ -96,7 +96,7 @@ def tell(
         print(f"moekit: preempted: {failure.evidence}. Resume: {resume}", file=sys.stderr)
         return failure.returncode
     _report_failure(failure, outcome, prep.specs, ctx.root)
-    return 1
+    return failures.exit_status(failure)
 
 
 def _record_outcome(

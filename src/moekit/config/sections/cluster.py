@@ -63,7 +63,9 @@ class Cluster(Section):
     of its own at each launch, so concurrent runs on one host never meet; a port set here is used as given (and
     refused before launch when taken). cluster=jobset and cluster=slurm set one: every host must know it."""
     rendezvous_timeout_s: int = Field(300, ge=1)
-    """Seconds a process waits for all others to join before it fails (jax.distributed initialization)."""
+    """Seconds a process waits for all others to join before it fails (jax.distributed initialization; also MaxText's
+    jax_distributed_initialization_timeout). Size it to the longest a cluster takes to start the last process:
+    cluster=jobset sets 1800 (a pending pod, an image pull), cluster=slurm 600."""
     name: str | None = None
     """JobSet / Slurm job name; None = experiment_name with '_' as '-'."""
     image: str = "moekit:latest"

@@ -85,13 +85,15 @@ class Moe(Section):
     allow_token_dropping: bool = False
     """Must be true to run a token-dropping (capacity_factor > 0) configuration."""
     force: bool = False
-    """Run a back end even where it is known to be pathological (megablox on GPU)."""
+    """Run a back end even where it is known to be pathological (megablox on GPU), or a moe=te layout whose memory
+    estimate with TE's receive buffers does not fit (plan/launch.py)."""
     dispatch: Literal["ragged_all_to_all", "ring", "nccl_ep"] = "ragged_all_to_all"
     """Expert-parallel dispatch/combine: MaxText's ragged all-to-all, ring of experts, or NCCL EP (moe=te only)."""
     ragged_buffer_factor: float = -1.0
     """Receive buffer per EP rank as a multiple of the balanced load; <= 0 sizes it for the worst case."""
     overflow_check_every: int = Field(20, ge=1)
-    """moe=te: steps between host checks of NCCL EP receive-buffer overflow (overflowing steps skip the update)."""
+    """moe=te: steps between MaxText's host checks of NCCL EP receive-buffer overflow; an overflow found stops the run
+    (docs/plan.md, "The TE block's receive buffers")."""
     expert_precision: Literal["auto", "bf16"] = "auto"
     """moe=te_gmm: the expert GEMMs' precision; auto follows precision= (fp8: FP8 current scaling per expert), bf16
     keeps them bf16 while precision=fp8 still quantizes the dense GEMMs."""
