@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple
 
-from moekit.config.kinds import attention
 from moekit.config.checks.checkpoint import ITEMS
+from moekit.config.kinds import attention
 from moekit.config.schema import Config, Scalar
 from moekit.translate import profile, values
 from moekit.translate.data_keys import data_keys

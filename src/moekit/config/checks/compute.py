@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from moekit.config.kinds import attention
 from moekit.config.checks.problem import Problem
+from moekit.config.kinds import attention
 from moekit.config.schema import Config
 
 # TE's quantized GEMMs (cuBLAS) need each contracting dimension a multiple of 16. MaxText quantizes the router's

@@ -18,8 +18,8 @@ class Kernel(NamedTuple):
 
 KERNELS: dict[str, Kernel] = {
     # tokamax 0.0.17's Pallas Mosaic GPU flash attention: forward and backward kernels for SM90 (and SM80/SM100),
-    # unequal q/k and v head dims (MLA's 192/128) without padding v: the fastest forward at the MLA shape, 0.95x cuDNN in
-    # training (docs/performance/attention_h200.md).
+    # unequal q/k and v head dims (MLA's 192/128) without padding v: the fastest forward at the MLA shape, 0.95x
+    # cuDNN in training (docs/performance/attention_h200.md).
     "tokamax_mosaic": Kernel(
         "cudnn_flash_jax", "tokamax.dot_product_attention(implementation='mosaic'), causal, no segment ids", 80
     ),
