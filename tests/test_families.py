@@ -179,13 +179,18 @@ def test_model_option_routing_is_maxtexts(option):
 # Totals of the full-size options, from each model's card (published, the family rows' full_size), against moekit
 # plan's count.
 PUBLISHED_PARAMS = {p.option: p.total_params for f in FAMILIES.values() for p in f.full_size}
+# The gaps measured 2026-12-07 (MaxText 0.2.5): within 0.44% (gpt_oss_20b, whose card rounds to 21B) but for
+# llama4_scout, -1.13%: its card's 109B likely counts the vision encoder, which MaxText's text decoder leaves out
+# (not verified). A count that drops a part (an untied output head, the shared experts) misses by more.
+PARAM_TOLERANCE = {"llama4_scout": 0.012}
 
 
 @pytest.mark.parametrize("option", sorted(PUBLISHED_PARAMS))
 def test_full_size_parameter_count_matches_the_published_one(option):
     cfg = compose("smoke", [f"model={option}"])
     dims = Dims.from_values(resolved_values(cfg, *model_values(cfg.model.name)))
-    assert dims.total_params() == pytest.approx(PUBLISHED_PARAMS[option], rel=0.04)
+    rel = PARAM_TOLERANCE.get(option, 0.005)
+    assert dims.total_params() == pytest.approx(PUBLISHED_PARAMS[option], rel=rel)
 
 
 # ---- refusals that know the family; MaxText's own verdict alongside ----
