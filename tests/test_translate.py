@@ -86,7 +86,10 @@ print(json.dumps([job.argv(0), job.argv(1), job.xla_flags, sorted(job.env_dict.i
 """
 
 
-@pytest.mark.parametrize("overrides", [[], ["profile=on", "checkpoint.every=5", "cluster.processes_per_node=2"]])
+MANY_PARTS = ["profile=on", "checkpoint.every=5", "cluster.processes_per_node=2", "xla=blog"]
+
+
+@pytest.mark.parametrize("overrides", [[], MANY_PARTS], ids=["smoke", "many-parts"])
 def test_translation_is_deterministic(overrides):
     """The same config gives the same job in interpreters whose string hashes differ (set and dict order)."""
     built = {
