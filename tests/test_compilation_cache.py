@@ -9,7 +9,7 @@ import re
 import pytest
 
 from conftest import JAX_CACHE_ENV
-from moekit.worker.process import drop_env_overrides_of
+from moekit.translate.env import maxtext_env_overrides
 
 
 def _cache_dir_of(run_log: str) -> str:
@@ -20,10 +20,19 @@ def _cache_dir_of(run_log: str) -> str:
 
 
 def test_the_command_line_wins_over_maxtexts_environment_override():
-    environ = {"M_JAX_CACHE_DIR": "/c", "M_LOG_PERIOD": "5", "M_STEPS": "3", "PATH": "/bin"}
-    dropped = drop_env_overrides_of(["jax_cache_dir=", "steps=10", "flag"], environ)
-    assert sorted(dropped) == ["M_JAX_CACHE_DIR", "M_STEPS"]
-    assert environ == {"M_LOG_PERIOD": "5", "PATH": "/bin"}  # a key moekit leaves to MaxText keeps its override
+    """MaxText refuses a key set both ways; what starts MaxText (the worker, the validator) leaves out the M_<KEY>
+    of each key on the command line, and only those."""
+    assert maxtext_env_overrides(["jax_cache_dir=", "steps=10", "flag"]) == {"M_JAX_CACHE_DIR", "M_STEPS"}
+
+
+@pytest.mark.integration
+def test_the_validator_judges_with_the_command_line_value(tmp_path):
+    """MaxText's validator (a costly preflight probe) runs beside an M_JAX_CACHE_DIR, as every check of the suite
+    does: a job whose translation turns the cache off is still accepted."""
+    from moekit.preflight.maxtext_validate import rejections
+
+    environ = dict(os.environ) | {JAX_CACHE_ENV: str(tmp_path), "MOEKIT_CACHE_DIR": str(tmp_path / "moekit")}
+    assert rejections([["jax_cache_dir=", "steps=3"]], num_devices=1, environ=environ) == [None]
 
 
 @pytest.mark.integration

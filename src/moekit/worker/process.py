@@ -16,7 +16,7 @@ import runpy
 import signal
 import socket
 import sys
-from collections.abc import Collection, MutableMapping, Sequence
+from collections.abc import Collection, Sequence
 
 import yaml
 
@@ -25,6 +25,7 @@ from moekit.base.redact import is_secret_name
 from moekit.config.kinds.backends import BACKENDS
 from moekit.rundir import PROFILE_DIR_ENV
 from moekit.translate import rendezvous as rz
+from moekit.translate.env import maxtext_env_overrides
 from moekit.worker import step_events
 
 _PR_SET_PDEATHSIG = 1
@@ -231,19 +232,6 @@ def install_backend_hooks(environ: dict[str, str]) -> None:
                 raise SystemExit(f"moekit: {exc}") from None
 
 
-MAXTEXT_ENV_PREFIX = "M_"  # MaxText's pyconfig: M_<KEY> overrides a config key from the environment
-
-
-def drop_env_overrides_of(args: Sequence[str], environ: MutableMapping[str, str]) -> list[str]:
-    """Remove from `environ` MaxText's M_<KEY> override of each key=value in `args`; returns the names removed.
-
-    MaxText refuses a key set both on its command line and by M_<KEY>. The command line is moekit's translation
-    of the config (e.g. jax_cache_dir='' where the persistent compilation cache must stay off), so it wins; an
-    M_<KEY> for a key moekit leaves to MaxText still applies."""
-    names = [MAXTEXT_ENV_PREFIX + a.partition("=")[0].upper() for a in args if "=" in a]
-    return [n for n in names if environ.pop(n, None) is not None]
-
-
 def main() -> None:
     """Join the rendezvous, prepare the process for MaxText (assets, te_gmm hook, secret arguments), check the
     fabric (moekit.worker.fabric), then run the module named by the first argument as `python -m` would, with the
@@ -265,7 +253,8 @@ def main() -> None:
     if not fabric.phase(dict(os.environ)):  # the job's collectives checked and timed before MaxText builds the model
         return  # fabric.only: the check was the job
     secret = json.loads(os.environ.pop(SECRET_ARGS, "[]"))  # not inherited by what MaxText starts
-    drop_env_overrides_of(sys.argv[2:] + secret, os.environ)
+    for name in maxtext_env_overrides([*sys.argv[2:], *secret]):  # the command line wins (translate/env.py)
+        os.environ.pop(name, None)
     # sys.argv lives in this process's memory: what ps and /proc/PID/cmdline show stays the original argv.
     sys.argv = [module, *sys.argv[2:], *secret]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
