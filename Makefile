@@ -7,7 +7,7 @@ PIP_QUIET := --quiet --disable-pip-version-check
 LOCK := requirements/cpu.lock
 export PYTHONWARNINGS := ignore::UserWarning:hydra,ignore::FutureWarning:hydra
 
-.PHONY: help venv venv-ref smoke test test-soak test-fast lint lock clean k8s recipes docs
+.PHONY: help venv venv-ref smoke test test-soak test-all test-fast lint lock clean k8s recipes docs
 
 help:  ## list targets
 	@grep -E '^[a-z0-9_-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -46,8 +46,13 @@ test: venv venv-ref  ## the suite but the soak cases: unit + integration (CPU tr
 	$(PY) -m pytest -m "not soak" $(PYTEST_ARGS)
 
 # pytest exits 5 when no test is marked soak: nothing to run is no failure.
-test-soak: venv venv-ref  ## the soak cases only (long; .ci/run runs them after make test, time-boxed)
+test-soak: venv venv-ref  ## the soak cases only (long; .ci/run runs them with the rest: make test-all)
 	$(PY) -m pytest -m soak $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# One pytest session, so the soak cases reuse the runs the others trained (session fixtures) and their compilations.
+test-all: venv venv-ref  ## make test and make test-soak in one pytest session (what .ci/run runs)
+	$(VENV)/bin/ruff check src tests
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-fast: venv  ## unit tests only
 	$(PY) -m pytest -m "not integration and not soak" $(PYTEST_ARGS)

@@ -26,6 +26,22 @@ EXPERIMENTS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml
 # accepted configs are cached; every refusal is asked again.
 os.environ.setdefault("MOEKIT_CACHE_DIR", str(REPO / ".pytest_cache" / "moekit"))
 
+# MaxText's environment override of its jax_cache_dir key (pyconfig: M_<KEY>; the key's default is ~/jax_cache).
+JAX_CACHE_ENV = "M_JAX_CACHE_DIR"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jax_compilation_cache(tmp_path_factory) -> Iterator[Path]:
+    """One JAX persistent compilation cache for every training this session starts: the tiny configs the suite
+    trains again and again compile their train step once per session (on 2 cores, 25-40 s each). A folder of the
+    session's own: nothing is read from or left in a user's ~/jax_cache or another session's cache. Runs that keep
+    the cache off (profile=on, CPU runs of several processes) say so on MaxText's command line, which wins
+    (moekit.worker.process.drop_env_overrides_of)."""
+    path = tmp_path_factory.mktemp("jax_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(JAX_CACHE_ENV, str(path))
+        yield path
+
 
 def compose(experiment: str | None = None, overrides: Sequence[str] = ()) -> Config:
     """The composed, typed config of an experiment plus overrides (through Hydra's compose API)."""
@@ -72,6 +88,21 @@ def profiled_smoke(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]
     profiling and integrity tests."""
     run = tmp_path_factory.mktemp("profile") / "one"
     return run, moekit("train", "experiment=smoke", "profile=on", f"run.dir={run}", timeout=1200)
+
+
+VERIFY_STEPS = 4
+
+
+@pytest.fixture(scope="session")
+def dense_vs_grouped(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`moekit verify experiment=smoke --candidate moe=dense --steps 4`: the kernel-path candidate (dense masked
+    compute) against the default grouped GEMM (ragged_dot), both fp32. Its reference/ and candidate-1/ runs are
+    also test_optimizations' ragged_dot and dense runs."""
+    out = tmp_path_factory.mktemp("verify") / "dense"
+    proc = moekit(
+        "verify", "experiment=smoke", "--candidate", "moe=dense", "--steps", str(VERIFY_STEPS), "--out", str(out)
+    )
+    return out, proc
 
 
 # The local 2-process run the Slurm layouts must reproduce: fp32 (reduction order is not a wiring difference),

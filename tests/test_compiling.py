@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import threading
 import time
 
 from moekit.run import compiling
@@ -32,10 +33,23 @@ def test_a_terminal_gets_one_line_updated_in_place_then_cleared():
     assert text.endswith("\r\x1b[K")
 
 
-def test_a_closed_stream_ends_the_count_quietly():
-    out = io.StringIO()
-    out.close()
+class _ClosedStream(io.StringIO):
+    """A closed stream that counts the writes tried on it."""
+
+    tried = 0
+
+    def write(self, text):
+        self.tried += 1
+        raise ValueError("I/O operation on closed file")
+
+
+def test_a_closed_stream_ends_the_count_quietly(monkeypatch):
+    raised = []  # an exception that ends a thread reaches threading.excepthook, not the test
+    monkeypatch.setattr(threading, "excepthook", raised.append)
+    out = _ClosedStream()
     ticker = compiling.Ticker(out, tty=False, every_s=0.02)
     ticker.start()
-    time.sleep(0.1)
+    time.sleep(0.2)  # ten intervals
     ticker.stop()
+    assert raised == []  # quietly: the failed write raised nothing out of the thread
+    assert out.tried == 1  # the count ended at the first failed write instead of trying every interval

@@ -74,15 +74,6 @@ def test_two_node_services_look_like_jobset_pods():
     assert services["node-0"]["hostname"] + "." + services["node-0"]["domainname"] == found[0].coordinator.split(":")[0]
 
 
-def test_two_node_file_is_the_current_render():
-    """compose/cpu_two_node.yaml is what `moekit render … target=compose` writes today (a golden file)."""
-    from moekit.commands import render
-
-    overrides, label = render.recorded_command(TWO_NODE)
-    assert "target=compose" in overrides
-    assert render.render(overrides, label)[0] == TWO_NODE.read_text(), "re-render it with the command in its header"
-
-
 def test_compose_render_gives_each_gpu_node_its_own_gpus():
     from moekit.commands import render
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
-import typing
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from moekit.config.checks import problems
 from moekit.config.checks.compute import QUANTIZED_MULTIPLE
 from moekit.config.compose import group_options
 from moekit.config.kinds.families import FAMILIES
-from moekit.config.schema import DecoderBlock
 from moekit.plan import resolved_values
 from moekit.plan.model import Dims
 from name_compares import compared
@@ -50,11 +48,13 @@ TINY = [f.tiny for f in FAMILIES.values()]
 
 
 def test_the_schema_choices_are_the_rows():
-    """schema.DecoderBlock is read from the rows; another block is refused, naming every row's."""
-    assert typing.get_args(DecoderBlock) == tuple(FAMILIES)
+    """schema.DecoderBlock is read from the rows: a block not in them is refused, and the refusal names the rows'
+    blocks and no other."""
     with pytest.raises(ConfigError) as refused:
         compose("smoke", ["model.decoder_block=nosuch"])
-    assert all(f"'{block}'" in str(refused.value) for block in FAMILIES), str(refused.value)
+    choices = re.search(r"model\.decoder_block: Input should be (.*) \(got 'nosuch'\)", str(refused.value))
+    assert choices, str(refused.value)
+    assert sorted(re.findall(r"'(\w+)'", choices.group(1))) == sorted(FAMILIES)
 
 
 def test_every_model_option_is_of_a_family_and_every_family_has_its_files():
@@ -179,13 +179,18 @@ def test_model_option_routing_is_maxtexts(option):
 # Totals of the full-size options, from each model's card (published, the family rows' full_size), against moekit
 # plan's count.
 PUBLISHED_PARAMS = {p.option: p.total_params for f in FAMILIES.values() for p in f.full_size}
+# The gaps measured 2026-12-07 (MaxText 0.2.5): within 0.44% (gpt_oss_20b, whose card rounds to 21B) but for
+# llama4_scout, -1.13%: its card's 109B likely counts the vision encoder, which MaxText's text decoder leaves out
+# (not verified). A count that drops a part (an untied output head, the shared experts) misses by more.
+PARAM_TOLERANCE = {"llama4_scout": 0.012}
 
 
 @pytest.mark.parametrize("option", sorted(PUBLISHED_PARAMS))
 def test_full_size_parameter_count_matches_the_published_one(option):
     cfg = compose("smoke", [f"model={option}"])
     dims = Dims.from_values(resolved_values(cfg, *model_values(cfg.model.name)))
-    assert dims.total_params() == pytest.approx(PUBLISHED_PARAMS[option], rel=0.04)
+    rel = PARAM_TOLERANCE.get(option, 0.005)
+    assert dims.total_params() == pytest.approx(PUBLISHED_PARAMS[option], rel=rel)
 
 
 # ---- refusals that know the family; MaxText's own verdict alongside ----

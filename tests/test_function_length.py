@@ -15,16 +15,18 @@ LIMIT = 80  # lines per function
 MOST_ALLOWED = 8  # the goal of issue 48: at most 8 functions over LIMIT
 
 # Functions still over LIMIT, by "<file stem>.<qualified name>" (a package's __init__.py by the package's name), so
-# that moving a module to another room does not change its key. Each line: its length when it was listed.
-# Shrink this list as functions are split; never add to it (split the new long function instead). Listed on
-# 2026-12-07; run/execute.py's _attempt (165 lines then) is left off on purpose: its goal is <= 80 lines.
+# that moving a module to another room does not change its key, each with the most lines it may have: a listed
+# function may shrink, never grow. Shrink this list as functions are split; never add to it (split the new long
+# function instead). Listed on 2026-12-07; run/execute.py's _attempt (165 lines then) is left off on purpose: its
+# goal is <= 80 lines. Two grew while listed without a bound (text_shards.prepare 101 -> 106, forecast.communication
+# 119 -> 122, 2026-12-07): their bounds are where they stand.
 ALLOWED = {
-    "tune.run",  # 90 lines: commands/tune.py
-    "forecast.evaluate",  # 131 lines: plan/forecast.py
-    "forecast.communication",  # 119 lines: plan/forecast.py
-    "memory.estimate",  # 112 lines: plan/memory.py
-    "text_shards.prepare",  # 101 lines: prepare/text_shards.py
-    "launch.run",  # 94 lines: run/launch.py
+    "tune.run": 90,  # commands/tune.py
+    "forecast.evaluate": 131,  # plan/forecast.py
+    "forecast.communication": 122,  # plan/forecast.py
+    "memory.estimate": 112,  # plan/memory.py
+    "text_shards.prepare": 106,  # prepare/text_shards.py
+    "launch.run": 94,  # run/launch.py
 }
 
 
@@ -56,6 +58,11 @@ def test_no_function_outside_the_list_runs_past_the_limit():
         f"functions over {LIMIT} lines: {over}; split each into named phases (helpers with docstrings) rather than "
         "adding it to ALLOWED"
     )
+
+
+def test_no_listed_function_grows():
+    grown = {key: (n, ALLOWED[key]) for key, n in long_functions(SRC).items() if key in ALLOWED and n > ALLOWED[key]}
+    assert not grown, f"listed functions grew (lines now, most allowed): {grown}; split them instead"
 
 
 def test_the_list_stays_within_the_goal():

@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, compose, losses, moekit
+from conftest import REPO, VERIFY_STEPS, compose, losses, moekit
 from moekit.config.checks import problems
 from moekit.config.compose import group_options
 from moekit.observe.reports import published
@@ -292,10 +292,10 @@ def test_every_emittable_xla_flag_is_accepted_by_jaxlib():
 
 # ---- CPU loss equivalence under each CPU-runnable toggle ----
 
-STEPS = 4
-EQUIVALENT = [  # reference first: XLA ragged_dot grouped GEMM, full remat
-    ("ragged_dot", []),
-    ("dense", ["moe=dense"]),
+STEPS = VERIFY_STEPS
+# The reference, XLA's ragged_dot grouped GEMM with full remat, and moe=dense are dense_vs_grouped's runs (moekit
+# verify trains them with the same overrides: experiment=smoke precision=fp32 train.steps=4).
+EQUIVALENT = [
     ("remat_minimal", ["memory=remat_minimal"]),
     ("offload_blog", ["memory=offload_blog"]),
     ("remat_keep_gemms", ["memory=remat_keep_gemms"]),
@@ -304,9 +304,13 @@ EQUIVALENT = [  # reference first: XLA ragged_dot grouped GEMM, full remat
 
 @pytest.mark.soak
 @pytest.mark.integration
-def test_smoke_losses_agree_under_each_cpu_toggle(tmp_path):
+def test_smoke_losses_agree_under_each_cpu_toggle(tmp_path, dense_vs_grouped):
     common = ["train", "experiment=smoke", "precision=fp32", f"train.steps={STEPS}"]
-    runs = {}
+    verified, proc = dense_vs_grouped
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]  # verify's verdict is test_verify's; the runs are used here
+    reference = json.loads((verified / "verify.json").read_text())["reference"]["overrides"]
+    assert sorted(reference) == sorted(common[1:])
+    runs = {"ragged_dot": losses(verified / "reference"), "dense": losses(verified / "candidate-1")}
     for name, overrides in EQUIVALENT:
         out = moekit(*common, *overrides, f"run.dir={tmp_path / name}")
         assert out.returncode == 0, out.stderr[-2000:] + out.stdout[-2000:]

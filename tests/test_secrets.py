@@ -13,8 +13,9 @@ from subprocess import PIPE
 import pytest
 import yaml
 
-from conftest import REPO, moekit
+from conftest import REPO, compose, moekit
 from moekit.base import redact
+from moekit.translate.job import build
 
 # Planted values: each one must never appear anywhere moekit or MaxText writes.
 from moekit.worker import process as worker
@@ -189,9 +190,14 @@ def test_hf_access_token_goes_where_maxtext_reads_it():
 
 def test_secret_free_config_round_trips():
     """Redaction leaves everything that is not secret exactly as it was."""
-    proc = moekit("train", "experiment=smoke", "--dry-run", "--format", "json")
-    assert proc.returncode == 0
+    overrides = ["run.name=tokenizer-sweep", "train.seed=123456"]  # near secret-looking words and numbers
+    proc = moekit("train", "experiment=smoke", *overrides, "--dry-run", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
     assert "<redacted>" not in proc.stdout
+    shown = json.loads(proc.stdout)
+    assert shown["config"] == json.loads(json.dumps(compose("smoke", overrides).to_dict()))
+    job = build(compose("smoke", overrides), "<run.dir>", "<run.dir>/metrics.jsonl")
+    assert shown["maxtext_args"] == job.maxtext_args
 
 
 def test_jobset_takes_secrets_by_reference_only():

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from conftest import compose
@@ -70,10 +75,32 @@ def test_format_value_keeps_strings_strings(value, text):
     assert format_value(value) == text
 
 
-def test_translation_is_deterministic():
-    a = build(compose("smoke"), "/r", "/r/m").maxtext_args
-    b = build(compose("smoke"), "/r", "/r/m").maxtext_args
-    assert a == b
+# What a job is built into (argv of two processes, XLA flags, environment), printed by a fresh interpreter.
+_BUILD = """
+import json, sys
+from moekit.config.compose import compose
+from moekit.translate.job import build
+cfg = compose(["experiment=smoke", *sys.argv[1:]])
+job = build(cfg, "/r", "/r/m")
+print(json.dumps([job.argv(0), job.argv(1), job.xla_flags, sorted(job.env_dict.items())]))
+"""
+
+
+MANY_PARTS = ["profile=on", "checkpoint.every=5", "cluster.processes_per_node=2", "xla=blog"]
+
+
+@pytest.mark.parametrize("overrides", [[], MANY_PARTS], ids=["smoke", "many-parts"])
+def test_translation_is_deterministic(overrides):
+    """The same config gives the same job in interpreters whose string hashes differ (set and dict order)."""
+    built = {
+        seed: subprocess.run(
+            [sys.executable, "-c", _BUILD, *overrides],
+            capture_output=True, text=True, check=True, env=os.environ | {"PYTHONHASHSEED": seed},
+        ).stdout
+        for seed in ("1", "2", "3")
+    }  # fmt: skip
+    assert len(set(built.values())) == 1, built
+    assert json.loads(built["1"])[0] == build(compose("smoke", overrides), "/r", "/r/m").argv(0)
 
 
 def test_cpu_env_and_host_devices():

@@ -6,19 +6,11 @@ import json
 
 import pytest
 
-from conftest import moekit
+from conftest import VERIFY_STEPS, moekit
 from moekit.observe.reports import compare
 from moekit.observe.runs import metrics
 
-STEPS = 4
-
-
-@pytest.fixture(scope="module")
-def dense_vs_grouped(tmp_path_factory):
-    """The kernel-path candidate: dense masked compute vs the default grouped GEMM (ragged_dot)."""
-    out = tmp_path_factory.mktemp("verify") / "dense"
-    proc = moekit("verify", "experiment=smoke", "--candidate", "moe=dense", "--steps", str(STEPS), "--out", str(out))
-    return out, proc
+STEPS = VERIFY_STEPS
 
 
 @pytest.mark.integration
@@ -32,9 +24,11 @@ def test_kernel_path_change_passes(dense_vs_grouped):
     ref = metrics.read(out / "reference" / "metrics.jsonl")
     cand = metrics.read(out / "candidate-1" / "metrics.jsonl")
     assert len(ref.rows) == len(cand.rows) == STEPS
+    # Measured 2026-12-03 (2-core CPU, fp32, MaxText 0.2.5, jax 0.12.0.1): dense identical to ragged_dot; a training
+    # step moves the loss by ~1e-2 (tests/test_optimizations.py).
     for key in compare.COMPARED:
         for (s, r), (_, c) in zip(metrics.series(ref, key), metrics.series(cand, key), strict=True):
-            assert compare.close(c, r, compare.RTOL, compare.ATOL), (key, s, r, c)
+            assert abs(c - r) <= 1e-4, (key, s, r, c)
 
 
 @pytest.mark.integration

@@ -21,6 +21,7 @@ from importlib import metadata
 
 from moekit.base import cache
 from moekit.base.errors import MoekitError
+from moekit.translate.env import maxtext_env_overrides
 
 # Reads a JSON list of argument lists on stdin; prints one MOEKIT-RESULT line per list.
 _PROBE = r"""
@@ -104,7 +105,9 @@ def rejections(
 ) -> list[MaxTextRejected | None]:
     """MaxText's refusal of each argument list (key=value strings), or None where it accepts it; one subprocess."""
     base = os.environ if environ is None else environ
-    env = {k: v for k, v in base.items() if not k.startswith(("JAX_", "XLA_"))}
+    # One process judges every list: the M_<KEY> overrides of keys any of them sets stay out (translate/env.py).
+    overridden = set().union(*(maxtext_env_overrides(a) for a in arg_lists))
+    env = {k: v for k, v in base.items() if not k.startswith(("JAX_", "XLA_")) and k not in overridden}
     env |= {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"--xla_force_host_platform_device_count={num_devices}"}
     payload = json.dumps([_argv(a, num_slices) for a in arg_lists])
     try:

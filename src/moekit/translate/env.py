@@ -7,6 +7,7 @@ the two tables below are the environment that follows from a choice made elsewhe
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from moekit.config.kinds import attention
@@ -19,6 +20,19 @@ ATTENTION_ENV: dict[str, dict[str, str]] = {"cudnn_flash_te": {"NVTE_FUSED_ATTN"
 
 # moe.dispatch=nccl_ep across nodes: NCCL EP's GPU-initiated networking type (the blog's multi-node setting).
 NCCL_EP_MULTI_NODE_ENV: dict[str, str] = {"NCCL_GIN_TYPE": "3"}
+
+
+MAXTEXT_ENV_PREFIX = "M_"  # MaxText's pyconfig: M_<KEY> in the environment overrides its config key <key>
+
+
+def maxtext_env_overrides(args: Iterable[str]) -> set[str]:
+    """The names of MaxText's environment overrides (M_<KEY>) of the keys in `args` (key=value strings).
+
+    MaxText refuses a key set both on its command line and by M_<KEY>. The command line is moekit's translation of
+    the config (e.g. jax_cache_dir='' where the persistent compilation cache must stay off), so it wins: whatever
+    starts MaxText with `args` leaves these out of its environment. An M_<KEY> of a key moekit leaves to MaxText
+    still applies."""
+    return {MAXTEXT_ENV_PREFIX + a.partition("=")[0].upper() for a in args if "=" in a}
 
 
 class EnvVar(NamedTuple):

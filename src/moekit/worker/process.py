@@ -25,6 +25,7 @@ from moekit.base.redact import is_secret_name
 from moekit.config.kinds.backends import BACKENDS
 from moekit.rundir import PROFILE_DIR_ENV
 from moekit.translate import rendezvous as rz
+from moekit.translate.env import maxtext_env_overrides
 from moekit.worker import step_events
 
 _PR_SET_PDEATHSIG = 1
@@ -266,6 +267,8 @@ def main() -> None:
     if not fabric.phase(dict(os.environ)):  # the job's collectives checked and timed before MaxText builds the model
         return  # fabric.only: the check was the job
     secret = json.loads(os.environ.pop(SECRET_ARGS, "[]"))  # not inherited by what MaxText starts
+    for name in maxtext_env_overrides([*sys.argv[2:], *secret]):  # the command line wins (translate/env.py)
+        os.environ.pop(name, None)
     # sys.argv lives in this process's memory: what ps and /proc/PID/cmdline show stays the original argv.
     sys.argv = [module, *sys.argv[2:], *secret]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
