@@ -228,25 +228,13 @@ def place_of(t: Tensor, saved: set[str], offloaded: set[str]) -> str:
     return "remat"
 
 
-def estimate(
-    dims: Dims,
-    values: Mapping[str, Any],
-    mesh: Mesh,
-    hbm_gib: float | None = None,
-    env: Mapping[str, str] | None = None,
-    host_gib_per_gpu: float | None = None,
-    calibration: float = 1.0,
-) -> MemoryPlan:
-    """The memory plan of one device; `values` are MaxText's resolved keys, `env` the job's environment."""
-    env = env or {}
+def _weight_items(dims: Dims, values: Mapping[str, Any], mesh: Mesh) -> list[Item]:
+    """Parameters, gradients, optimizer states and the gathered layer of one device."""
     w = dtype_bytes(values.get("weight_dtype", "float32"))
     a = dtype_bytes(values.get("dtype", "bfloat16"))
     mu = dtype_bytes(values.get("mu_dtype") or values.get("weight_dtype", "float32"))
     opt = str(values.get("opt_type", "adamw"))
     ep, fsdp, tp = mesh.size("expert"), mesh.size("fsdp"), mesh.size("tensor")
-    t = dims.tokens
-    gib = GIB
-
     # Routed experts are sharded over expert x fsdp x tensor; everything else over fsdp x expert x tensor too
     # (MaxText maps the embed axis onto fsdp and expert). The data axis replicates.
     p_exp = dims.expert_params() / (ep * fsdp * tp)
@@ -275,6 +263,25 @@ def estimate(
         items.append(
             Item("compute-dtype weight copy", gathered * a, "device", "one layer cast to the compute dtype", "layers")
         )
+    return items
+
+
+def estimate(
+    dims: Dims,
+    values: Mapping[str, Any],
+    mesh: Mesh,
+    hbm_gib: float | None = None,
+    env: Mapping[str, str] | None = None,
+    host_gib_per_gpu: float | None = None,
+    calibration: float = 1.0,
+) -> MemoryPlan:
+    """The memory plan of one device; `values` are MaxText's resolved keys, `env` the job's environment."""
+    env = env or {}
+    a = dtype_bytes(values.get("dtype", "bfloat16"))
+    ep, fsdp = mesh.size("expert"), mesh.size("fsdp")
+    t = dims.tokens
+    gib = GIB
+    items = _weight_items(dims, values, mesh)
 
     rows, why_rows = routed_rows_per_token(dims, values, mesh)
     te = te_ep.buffers(dims, values, ep, fsdp, mesh.devices)
