@@ -126,7 +126,7 @@ def test_speed_up_only_between_comparable_runs():
     differ in batch; a model change; a run with too few steady steps)."""
     two, b2, b4 = rundata.load(RUNS / "twoproc"), rundata.load(RUNS / "b2"), rundata.load(RUNS / "b4")
     # A run against itself: the same configuration, never a speed-up (observe.reports.comparable).
-    same = "n/a (same configuration: the two measured 0% apart, this host's noise; ratio 1.00)"
+    same = "n/a (same training configuration: the two measured 0% apart, this host's noise; ratio 1.00)"
     assert same in rep.comparison_table([two, two], ["a", "b"])
     # Recorded before moekit measured host load: unknown, so never compared.
     other_xla = dataclasses.replace(two, config=two.config | {"xla": {**two.config["xla"], "name": "other"}})
@@ -134,7 +134,7 @@ def test_speed_up_only_between_comparable_runs():
     loaded = dataclasses.replace(two.manifest, host_load={"others_share": 0.1})
     two = dataclasses.replace(two, manifest=loaded)
     noisy = dataclasses.replace(other_xla, manifest=loaded)  # another XLA setting, the same host load
-    assert "n/a (within the runs' own spread (±9%); ratio 1.00)" in rep.comparison_table([two, noisy], ["a", "b"])
+    assert "n/a (within noise (±9%); ratio 1.00)" in rep.comparison_table([two, noisy], ["a", "b"])
     faster = dataclasses.replace(
         noisy, summary=two.summary | {"tokens_per_s_per_device": 2 * two.summary["tokens_per_s_per_device"]}
     )

@@ -375,6 +375,7 @@ def _record(ctx: _Run, prep: _Prepared, done: _Launched, verdict: _Verdict) -> t
                 starts,
                 events.per_attempt(run, attempts.ATTEMPTS),
                 cfg.train.steps,
+                [*prep.history, {"attempt": manifest.attempt}],  # every attempt, this one too
             ),
         )
     own = {"wall_s": round(done.outcome.wall_s, 2), "host_load": done.host_load}
