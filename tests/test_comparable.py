@@ -140,3 +140,16 @@ def test_tune_names_a_winner_only_against_the_noise_its_repeats_measured():
     one, line = repeats.verdict([_finalist("a=1", 201.0, 199.0)], setup)
     assert one["overrides"] == ["a=1"] and "the only accepted candidate" in line
     assert repeats.verdict([], setup) == (None, "")
+
+
+def test_a_repeated_candidate_is_judged_against_its_reference_with_the_noise_it_measured():
+    """Before the repeats the candidate's 1.55x stood on one run each; with them it reads within noise."""
+    setup = comparable.Setup({"n": 1}, 256.0, "cpu", 1)
+    ref = {"role": "reference", "batch": [2, 128], "overrides": ["experiment=smoke"], "tokens_per_s_per_device": 200.0,
+           "spread": 0.02, "others_share": 0.1}  # fmt: skip
+    cand = _finalist("lr=1", 310.0, 190.0) | {"batch": [2, 128], "vs_reference": "1.55x"}
+    repeats.against_reference([ref, cand], setup)
+    assert cand["vs_reference"] == "n/a (within noise (±63%); ratio 1.25)"
+    steady_cand = _finalist("lr=1", 310.0, 305.0) | {"batch": [2, 128], "vs_reference": "1.55x"}
+    repeats.against_reference([ref, steady_cand], setup)
+    assert steady_cand["vs_reference"] == "1.54x"

@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     preset = out / f"{name}.yaml"
     preset.write_text(text)
     print(
-        f"moekit tune: fastest: {tuning.label(best['overrides'])} ({settled}; first run against its reference: "
+        f"moekit tune: fastest: {tuning.label(best['overrides'])} ({settled}; against its reference: "
         f"{best.get('vs_reference', 'n/a (it is the reference)')}); preset in {preset}"
     )
     if args.write_preset:

@@ -17,7 +17,7 @@ from typing import Any
 
 from moekit.base.figures import significant
 from moekit.observe.reports import comparable
-from moekit.series import trial, tuning
+from moekit.series import trial, tune_table, tuning
 
 FINALISTS = 2
 KEPT = ("run_dir", "status", "tokens_per_s_per_device", "spread", "others_share", "step_time_s")
@@ -94,4 +94,23 @@ def settle(
         again = trial.run(r["overrides"], out / f"repeat{i}", timeout_s)
         r["repeat"] = {k: again.get(k) for k in KEPT}
         save()
+    against_reference(runs, cfg_setup)
+    save()
     return verdict(ranked, cfg_setup)
+
+
+def against_reference(runs: Sequence[dict[str, Any]], cfg_setup: comparable.Setup) -> None:
+    """Each repeated candidate's `vs_reference` again, now with the noise its repeats measured (the reference's
+    too, where the candidate that is the reference was repeated)."""
+    shared = dataclasses.replace(cfg_setup, configuration=None)
+    for r in runs:
+        if r["role"] != "candidate" or not r.get("repeat") or "vs_reference" not in r:
+            continue
+        batch = r.get("batch")
+        ref = next((x for x in runs if x["role"] == "reference" and x.get("batch") == batch), None)
+        if ref is None:
+            continue
+        same = next(
+            (x for x in runs if x["role"] == tune_table.SAME and x.get("batch") == batch and x.get("repeat")), ref
+        )
+        r["vs_reference"] = comparable.compare(shared, measured(same), shared, measured(r)).text()
