@@ -97,6 +97,9 @@ def test_a_killed_attempt_is_counted_once_and_said(tmp_path):
     assert r.summary["attempts"] == 2 == len(r.manifest.attempts) and r.summary["killed_attempts"] == [1]
     said = "attempt 1 of 2 was killed: the run's wall time is a lower bound"
     assert rep.status(r) == f"ok; {said}"
+    notes = rep.notes([r], ["b2"])
+    assert f"b2: {said}; its rates come from the steps the attempts recorded, which stand." in notes
+    assert not any("the run is ok" in n for n in notes)
     assert f"killed           {said}" in summary.format_summary(r.summary, "cpu", "-")
     plain = rundata.load(RUNS / "b2")
     assert plain.summary["killed_attempts"] == [] and rep.status(plain) == "ok"

@@ -347,9 +347,11 @@ def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
             )
         if r.metrics.truncated_tail:
             out.append(f"{name}: the last line of {r.metrics.path} was cut off (run killed mid-write); it was skipped.")
-        state = status(r)
+        state = _status(r)
         if state != "ok":
             out.append(f"{name}: the run is {state}; its numbers cover only the steps it completed.")
+        if killed := summary.killed_text(r.summary):
+            out.append(f"{name}: {killed}; its rates come from the steps the attempts recorded, which stand.")
     return out
 
 
