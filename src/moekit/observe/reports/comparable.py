@@ -9,8 +9,8 @@ the host was as busy for both (the share of the host's CPU other processes took,
 run/host_load.py, within LOAD_GAP; an unknown share, as a killed attempt leaves, is never compared) and their
 ratio lies outside the noise measured on this host for these configurations: a run's noise is the larger of the
 spread of repeats of its configuration (`repeats`, where there are some) and the spread of its own steady step
-times; the larger of the two runs' noise counts. Otherwise the comparison says which ("within noise (±N%)"), never a speed-up.
-docs/metrics.md, "Comparing runs", states the rule with its measurements.
+times; the larger of the two runs' noise counts. Otherwise the comparison says which ("within noise (±N%)"),
+never a speed-up. docs/metrics.md, "Comparing runs", states the rule with its measurements.
 """
 
 from __future__ import annotations
