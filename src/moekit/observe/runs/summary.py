@@ -131,8 +131,8 @@ def _attempts(entries: Sequence[Mapping[str, Any]], with_steps: int) -> dict[str
     last that were killed (their wall time runs from their first event to their last: a lower bound); the last
     attempt's end is the run's status."""
     bound = [e.get("wall_s_lower_bound") or ("wall_s" in e and e["wall_s"] is None) for e in entries]
-    killed = [
-        int(e.get("attempt") or n)
+    killed = [  # numbered by place: the manifest lists attempt 1 first (a damaged number is never read)
+        n
         for n, (e, b) in enumerate(zip(entries[:-1], bound, strict=False), 1)
         if b or (e.get("failure") or {}).get("class") == failures.KILLED.name
     ]
