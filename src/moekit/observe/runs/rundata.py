@@ -183,7 +183,8 @@ def _entries(manifest: records.Manifest | None) -> list[dict[str, Any]]:
     if manifest is None:
         return []
     entries = list(manifest.attempts)
-    if manifest.status in (records.RUNNING, UNFINISHED) and len(entries) < (manifest.attempt or len(entries) + 1):
+    number = manifest.attempt if isinstance(manifest.attempt, int) and manifest.attempt > 0 else len(entries) + 1
+    if manifest.status in (records.RUNNING, UNFINISHED) and len(entries) < number:
         killed = {"failure": {"class": failures.KILLED.name}, "wall_s": None} if manifest.status == UNFINISHED else {}
-        entries.append({"attempt": manifest.attempt or len(entries) + 1, **killed})
+        entries.append({"attempt": number, **killed})
     return entries
