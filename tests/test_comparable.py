@@ -1,4 +1,4 @@
-"""One comparability rule: which keys make two runs different trainings (config/training.py), and when a ratio of
+"""One comparability rule: which keys make two runs different trainings (config/training_step.py), and when a ratio of
 their rates is a speed-up (observe/reports/comparable.py), for report, tune, verify and the loss-gap tool."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from conftest import REPO, compose
-from moekit.config import training
+from moekit.config import training_step as training
 from moekit.config.schema import Config
 from moekit.observe.reports import comparable, loss_gap
 from moekit.observe.reports import report as rep

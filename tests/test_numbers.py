@@ -67,7 +67,7 @@ def test_measured_reads_a_summary_and_a_host_load_record():
 
 def test_two_runs_of_the_same_configuration_are_never_a_speed_up():
     """Identical configurations passed as 0.81x and 0.74x speed-ups: the same training configuration (every
-    key that reaches the training step equal: config/training.py) measures the host's noise, and the comparison
+    key that reaches the training step equal: config/training_step.py) measures the host's noise, and the comparison
     says so."""
     config = {"model": MODEL, "train": {"per_device_batch_size": 2, "seq_len": 128}, "hardware": {"name": "cpu"}}
     a = comparable.Setup.of(config | {"run": {"dir": "/a"}}, 1)

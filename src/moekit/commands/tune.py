@@ -74,7 +74,7 @@ def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], Config, bool]
         except ConfigError as exc:
             bad.append(f"  {tuning.label(ov)}:\n    {str(exc).replace(chr(10), chr(10) + '    ')}")
             continue
-        if tuning.training(cfg) in seen:  # the same training step (config/training.py): one candidate, run once
+        if tuning.training(cfg) in seen:  # the same training step (config/training_step.py): one candidate, run once
             continue
         seen.append(tuning.training(cfg))
         candidates.append((ov, cfg))

@@ -12,8 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from moekit.base import failures
-from moekit.config import sweeps
-from moekit.config import training as training_keys
+from moekit.config import sweeps, training_step
 from moekit.config.schema import Config
 from moekit.observe.reports import comparable, compare
 
@@ -58,9 +57,9 @@ def batch_key(cfg: Config) -> tuple[float, int]:
 
 
 def training(cfg: Config) -> dict[str, Any]:
-    """The keys of a candidate that reach the training step (config/training.py): two candidates equal in these are
+    """The keys of a candidate that reach the training step (config/training_step.py): two candidates equal in these are
     one candidate, and one equal to its reference is the reference."""
-    return training_keys.keys(cfg.model_dump())
+    return training_step.keys(cfg.model_dump())
 
 
 def setup(cfg: Config) -> comparable.Setup:

@@ -2,7 +2,7 @@
 
 Two runs compare when they train the same model on the same tokens per step per device, on the same hardware
 (its name and device count): otherwise a speed-up measures the change of setup. Two runs of the same *training
-configuration* (every key that reaches the training step equal; config/training.py lists, with reasons, the keys
+configuration* (every key that reaches the training step equal; config/training_step.py lists, with reasons, the keys
 that only place, watch, check or trace a run) measure the host's noise, never a speed-up: the comparison says
 "same training configuration" with how far apart they measured. Two measured rates then make a speed-up only when
 the host was as busy for both (the share of the host's CPU other processes took, from each run's manifest:
@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from moekit.config import training
+from moekit.config import training_step as training
 from moekit.observe.runs.rundata import Run
 
 LOAD_GAP = 0.15  # others' share of the host's CPU (0-1) that may differ between two compared runs
@@ -28,7 +28,7 @@ LOAD_GAP = 0.15  # others' share of the host's CPU (0-1) that may differ between
 @dataclass(frozen=True, slots=True)
 class Setup:
     """What a run trains and on what: its model section, tokens per step on each device, hardware and devices, and
-    its training configuration (config/training.py's keys that reach the step; None where unknown)."""
+    its training configuration (config/training_step.py's keys that reach the step; None where unknown)."""
 
     model: Any
     tokens_per_step: float | None

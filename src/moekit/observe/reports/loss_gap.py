@@ -2,7 +2,7 @@
 
 The rule (docs/metrics.md, "FP8 against its bf16 twin"): both runs train the same model on the same data (the same
 corpus shards), seed, tokens per step and step count (the learning-rate schedule), and differ only in precision
-(and in keys that never reach the training step: config/training.py).
+(and in keys that never reach the training step: config/training_step.py).
 Over the last WINDOW of the steps, gap_i = (loss_q[i] - loss_bf16[i]) / loss_bf16[i]; the mean of gap_i is the
 number, and |mean| <= GOAL passes. Early steps are left out: there the losses fall fast and a one-step lag in an
 otherwise equal trajectory reads as a large gap. Pure: the caller reads the run directories (observe.runs.rundata).
@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from moekit.config import training
+from moekit.config import training_step as training
 
 WINDOW = 0.2  # the last fifth of the steps
 GOAL = 0.01  # |mean relative gap| at most 1%
 MIN_STEPS = 5
-# What may differ between the twins besides what never reaches the training step (config/training.py): precision.
+# What may differ between the twins besides what never reaches the training step (config/training_step.py): precision.
 MAY_DIFFER = ("precision",)
 
 
@@ -51,7 +51,7 @@ def not_comparable(
     reference_corpus: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """Why the two runs are not twins (empty when they are): every key that reaches the training step
-    (config/training.py) and differs, precision aside (model, MoE path, tokens per step, steps, seed, data, ...),
+    (config/training_step.py) and differs, precision aside (model, MoE path, tokens per step, steps, seed, data, ...),
     and different corpus shards."""
     # A corpus's files sit in each machine's cache: its digest below says whether they are the same.
     both = bool(candidate_corpus and reference_corpus)
