@@ -97,8 +97,8 @@ def test_two_identical_runs_are_the_same_configuration_not_a_speed_up(side_by_si
     """The issue's identical configurations passed as 0.81x and 0.74x speed-ups; now moekit report names them."""
     got = moekit("report", str(side_by_side["plain"]), str(side_by_side["again"]))
     assert got.returncode == 0, got.stderr[-3000:]
-    print("\n" + "\n".join(line for line in got.stdout.splitlines() if "same configuration" in line))
-    assert "n/a (same configuration: the two measured" in got.stdout, got.stdout[-3000:]
+    print("\n" + "\n".join(line for line in got.stdout.splitlines() if "same training configuration" in line))
+    assert "n/a (same training configuration: the two measured" in got.stdout, got.stdout[-3000:]
     for run in ("plain", "again"):  # both sampled the same host: each others' share is known
         manifest = json.loads((side_by_side[run] / "manifest.json").read_text())
         assert manifest["host_load"]["others_share"] is not None, manifest["host_load"]

@@ -41,11 +41,13 @@ def test_report_on_two_runs(runs, tmp_path):
         assert section in text
     for png in ("step_time.png", "tflops.png", "loss.png"):
         assert (tmp_path / png).read_bytes()[:8] == PNG and f"]({png})" in text
-    # The table carries the steady-state median read from the metrics files, hardware and versions.
+    # The table carries the windows' time per step and the steady median read from the metrics files, hardware and
+    # versions.
     ta = _steady_median(a)
     _steady_median(b)  # it has its steady steps too
     row_a = next(line for line in text.splitlines() if line.startswith("| moe=ragged_dot | smoke |"))
-    assert f"| {ta:.4f} |" in row_a and "| cpu x1 |" in row_a and "maxtext 0.2.5" in row_a
+    windows = json.loads((a / "summary.json").read_text())["step_time_s"]["per_window"]  # the rates' own time
+    assert f"| {windows:.4f} ({ta:.4f}) |" in row_a and "| cpu x1 |" in row_a and "maxtext 0.2.5" in row_a
     comparison = text.split("## Comparison")[1].split("##")[0]
     # Run 2 against run 1: a speed-up, or its ratio where the runs' own spread swallows it (observe/reports/comparable)
     last = comparison.strip().splitlines()[-1]

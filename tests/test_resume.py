@@ -157,6 +157,9 @@ def test_killed_run_resumes_with_the_same_losses(tmp_path):
     assert manifest["wall_s"] == summary["wall_s"] == pytest.approx(sum(h["wall_s"] for h in history), abs=0.02)
     assert manifest["wall_s_lower_bound"] and summary["wall_s_lower_bound"]
     assert history[0]["host_load"]["others_share"] is None and manifest["host_load"]["others_share"] is None
+    # One attempt count in both files, and the killed attempt said where the run's numbers are printed.
+    assert summary["attempts"] == len(history) == 3 and summary["killed_attempts"] == [1]
+    assert "killed           attempt 1 of 3 was killed: the run's wall time is a lower bound" in again.stdout
 
     # A finished run directory is never overwritten.
     before = (run / "metrics.jsonl").read_bytes()

@@ -153,6 +153,9 @@ def test_sweep_discards_failed_and_diverging_runs_and_writes_the_winner(tmp_path
     assert "evidence: [data] data.files: no file matches" in proc.stdout
     assert f"evidence: {bad_key['failure']['evidence']}" in proc.stdout
     assert record["winner"] in (by["(base)"]["overrides"], by["moe=dense"]["overrides"])
+    # The two accepted candidates ran again before the winner was named against the noise they measured.
+    assert (out / "repeat0").is_dir() and (out / "repeat1").is_dir() and record["winner_against_noise"]
+    assert f"fastest: {tuning.label(record['winner'])} (mean of " in proc.stdout
     preset = yaml.safe_load((out / "smoke_tuned.yaml").read_text())
     assert preset["experiment_name"] == "smoke_tuned" and preset["expect"]["provenance"]["kind"] == "measured"
 

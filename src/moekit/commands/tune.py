@@ -8,8 +8,10 @@ Each sweep gets a new folder, <--out>/<name>/<timestamp>, with one run directory
 Candidates are the Cartesian product of the --axis options plus each --candidate, every one on top of the
 positional overrides (the base, which always runs too). A run that goes out of memory, fails or times out
 is discarded; so is one whose loss trajectory leaves the reference's (the base plus --reference, trained
-on the same tokens per step) by more than moekit.observe.reports.compare.TUNE. The fastest remaining one by tokens/s per
-device is written as conf/experiment/<name>.yaml with its measured numbers and their provenance.
+on the same tokens per step) by more than moekit.observe.reports.compare.TUNE. The two fastest remaining ones run
+again (series/repeats.py: the noise this host measured for each); the one with the higher mean tokens/s per device
+is written as conf/experiment/<name>.yaml with its measured numbers and their provenance, and the verdict says
+whether it is faster than the runner-up beyond that noise, or within it.
 """
 
 from __future__ import annotations
@@ -23,13 +25,12 @@ from typing import Any
 
 from moekit import rundir
 from moekit.base.errors import ConfigError, MoekitError
-from moekit.base.figures import significant
 from moekit.config import formats
 from moekit.config.compose import config_dir
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.observe.reports import comparable, compare
-from moekit.series import host_fit, trial, tune_table, tuning
+from moekit.series import host_fit, repeats, trial, tune_table, tuning
 from moekit.series.preset import preset_yaml
 
 HELP = "sweep configurations through moekit train, discard OOM/diverging ones, write the fastest as a preset"
@@ -73,9 +74,9 @@ def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], Config, bool]
         except ConfigError as exc:
             bad.append(f"  {tuning.label(ov)}:\n    {str(exc).replace(chr(10), chr(10) + '    ')}")
             continue
-        if cfg in seen:
+        if tuning.training(cfg) in seen:  # the same training step (config/training_step.py): one candidate, run once
             continue
-        seen.append(cfg)
+        seen.append(tuning.training(cfg))
         candidates.append((ov, cfg))
         batch = tuning.batch_key(cfg)
         ref = [*args.overrides, *reference, f"train.per_device_batch_size={batch[0]:g}", f"train.seq_len={batch[1]}"]
@@ -100,7 +101,8 @@ def _plan(args: argparse.Namespace) -> tuple[list[tuple[list[str], Config, bool]
             bad.append(f"  {tuning.label(ov)}: {why} than its reference; tune compares runs of one setup")
     if bad:
         raise ConfigError("these sweep configurations are invalid; nothing was launched:\n" + "\n".join(bad))
-    return [(ov, cfg, cfg == ref_configs[tuning.batch_key(cfg)]) for ov, cfg in candidates], references
+    same = [tuning.training(cfg) == tuning.training(ref_configs[tuning.batch_key(cfg)]) for _, cfg in candidates]
+    return [(ov, cfg, s) for (ov, cfg), s in zip(candidates, same, strict=True)], references
 
 
 def run(args: argparse.Namespace) -> int:
@@ -162,9 +164,9 @@ def run(args: argparse.Namespace) -> int:
                 r["vs_reference"] = tuning.versus(cfg, ref, r).text()
         runs.append(r)
         save()
+    best, settled = repeats.settle(runs, out, args.timeout_s, tuning.setup(candidates[0][1]), save)  # the noise
     print(tune_table.format_table(runs))
     print(tune_table.format_failures(runs))
-    best = tuning.fastest(r for r in runs if r["role"].startswith("candidate"))
     if best is None:
         unranked = [r for r in runs if r["role"].startswith("candidate") and r.get("accepted")]
         why = (
@@ -174,14 +176,13 @@ def run(args: argparse.Namespace) -> int:
         )
         print(f"moekit tune: {why}; no preset written ({out / 'tune.json'})")
         return 1
-    record["winner"] = best["overrides"]
+    record["winner"], record["winner_against_noise"] = best["overrides"], settled
     save()
     text = preset_yaml(name, best)
     preset = out / f"{name}.yaml"
     preset.write_text(text)
     print(
-        f"moekit tune: fastest: {tuning.label(best['overrides'])} "
-        f"({significant(best['tokens_per_s_per_device'])} tokens/s/device; against its reference: "
+        f"moekit tune: fastest: {tuning.label(best['overrides'])} ({settled}; against its reference: "
         f"{best.get('vs_reference', 'n/a (it is the reference)')}); preset in {preset}"
     )
     if args.write_preset:

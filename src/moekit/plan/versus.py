@@ -52,7 +52,8 @@ def run_forecast(config: Mapping[str, Any]) -> tuple[Forecast | None, str]:
 
 
 def _row(name: str, summary: Mapping[str, Any], f: Forecast | None, why: str) -> list[str]:
-    st = (summary.get("step_time_s") or {}).get("median")
+    steps = summary.get("step_time_s") or {}
+    st = steps.get("per_window") or steps.get("median")  # the windows' time per step: the rates' own
     tf = summary.get("tflops_per_device")
     if f is None:
         return [name, f"{st:.4f}" if st else "n/a", f"n/a ({why})", "-", "-", "-"]
@@ -94,8 +95,9 @@ def section(runs: Sequence[Any], names: Sequence[str], table) -> list[str]:
         "## Measured vs forecast",
         "",
         'Forecast: `moekit plan`\'s for the configuration each run recorded (docs/plan.md, "Forecast"; built from '
-        "measured one-GPU parts, its validation table there). Error: measured step time over forecast - 1 "
-        "(positive: the run was slower than forecast).",
+        "measured one-GPU parts, its validation table there). Measured: the steady windows' wall time per step, the "
+        "one TFLOP/s and tokens/s are computed from. Error: measured step time over forecast - 1 (positive: the run "
+        "was slower than forecast).",
         "",
         table([*header, "error"], rows),
         "",

@@ -6,7 +6,10 @@ and CPU time with that of its exited children: utime + stime + cutime + cstime).
 samples, the others' share is the host's busy time minus the run's own: the CPU time of moekit's process tree,
 whose waited-for children that exited stay counted in their parent's cutime/cstime. So a neighbour that comes
 and goes between two samples (a compile, a pip install, another training) counts, and a worker of the run that
-exits is never "other". The processes that took the most are named as a hint (those seen alive at two samples).
+exits is never "other". The processes that took the most are named as a hint (those seen alive at two samples),
+by their own CPU time alone (utime + stime: a shell's finished children land in its cutime all at once, when it
+waits for them, and were counted under their own names while they ran), and never above others' share of the
+interval: no process is named with more of the host than all others took together.
 A host without /proc (not Linux) records nothing. docs/metrics.md, "Comparing runs", states how reports use it.
 """
 
@@ -30,12 +33,12 @@ UNKNOWN = "unknown"  # the record of an attempt whose moekit was killed: its hos
 @dataclass(frozen=True, slots=True)
 class Sample:
     """One look at the host: load average, the host's CPU ticks (busy, all), and each process's (name, parent,
-    CPU ticks with those of its exited children)."""
+    CPU ticks with those of its exited children, its own CPU ticks alone)."""
 
     load1: float
     busy: int
     total: int
-    procs: dict[int, tuple[str, int, int]]
+    procs: dict[int, tuple[str, int, int, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,17 +72,17 @@ def sample(proc: Path = PROC) -> Sample | None:
         try:
             text = (entry / "stat").read_text()
             name, rest = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-            ticks = sum(int(x) for x in rest[11:15])  # utime stime cutime cstime
-            procs[int(entry.name)] = (name, int(rest[1]), ticks)
+            ticks = [int(x) for x in rest[11:15]]  # utime stime cutime cstime
+            procs[int(entry.name)] = (name, int(rest[1]), sum(ticks), ticks[0] + ticks[1])
         except (OSError, ValueError, IndexError):  # gone between the listing and the read
             continue
     return Sample(load1, total - idle, total, procs)
 
 
-def own_tree(procs: dict[int, tuple[str, int, int]], root: int) -> set[int]:
+def own_tree(procs: dict[int, tuple[str, int, int, int]], root: int) -> set[int]:
     """`root` and every process descending from it."""
     children: dict[int, list[int]] = {}
-    for pid, (_, ppid, _) in procs.items():
+    for pid, (_, ppid, *_) in procs.items():
         children.setdefault(ppid, []).append(pid)
     out, todo = set(), [root]
     while todo:
@@ -92,18 +95,19 @@ def own_tree(procs: dict[int, tuple[str, int, int]], root: int) -> set[int]:
 
 def interval(before: Sample, after: Sample, root: int) -> Interval:
     """The interval between two samples (pure). The run's own time is its tree's CPU time (exited children
-    included through their parents) at `after` less at `before`; a process born in between counts from 0."""
+    included through their parents) at `after` less at `before`; a process born in between counts from 0. Each
+    other process's is its own CPU time alone, at most what all others took in the interval."""
     mine_before, mine_after = own_tree(before.procs, root), own_tree(after.procs, root)
     own = sum(after.procs[p][2] for p in mine_after) - sum(before.procs[p][2] for p in mine_before)
-    others = {}
-    for pid, (name, _, t) in after.procs.items():
+    found = Interval(after.total - before.total, after.busy - before.busy, max(own, 0), {})
+    for pid, (name, _, _, t) in after.procs.items():
         if pid in mine_after:
             continue
         was = before.procs.get(pid)
-        start = was[2] if was and was[0] == name else 0
+        start = was[3] if was and was[0] == name else 0
         if t > start:
-            others[pid] = (name, t - start)
-    return Interval(after.total - before.total, after.busy - before.busy, max(own, 0), others)
+            found.others[pid] = (name, min(t - start, found.others_ticks))
+    return found
 
 
 def record(

@@ -40,6 +40,7 @@ def record(ctx: Run, prep: Prepared, done: Launched, verdict: Verdict) -> tuple[
                 starts,
                 events.per_attempt(run, attempts.ATTEMPTS),
                 cfg.train.steps,
+                [*prep.history, {"attempt": manifest.attempt}],  # every attempt, this one too
             ),
         )
     own = {"wall_s": round(done.outcome.wall_s, 2), "host_load": done.host_load}

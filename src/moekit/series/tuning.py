@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from moekit.base import failures
-from moekit.config import sweeps
+from moekit.config import sweeps, training_step
 from moekit.config.schema import Config
 from moekit.observe.reports import comparable, compare
 
@@ -56,6 +56,12 @@ def batch_key(cfg: Config) -> tuple[float, int]:
     return (float(cfg.train.per_device_batch_size), cfg.train.seq_len)
 
 
+def training(cfg: Config) -> dict[str, Any]:
+    """The keys of a candidate that reach the training step (config/training_step.py): two candidates equal in these are
+    one candidate, and one equal to its reference is the reference."""
+    return training_step.keys(cfg.model_dump())
+
+
 def setup(cfg: Config) -> comparable.Setup:
     """What must match for two runs to compare (observe.reports.comparable): model, tokens per step, hardware."""
     return comparable.Setup.of(cfg.model_dump(), cfg.num_devices)
@@ -63,7 +69,7 @@ def setup(cfg: Config) -> comparable.Setup:
 
 def versus(cfg: Config, reference: dict[str, Any], result: dict[str, Any]) -> comparable.Comparison:
     """A candidate's speed against its reference (trial results; `cfg`: the candidate's config, whose setup its
-    reference shares): a speed-up, or why there is none (another host load, within the runs' own spread)."""
+    reference shares): a speed-up, or why there is none (another host load, within noise)."""
 
     def measured(r: dict[str, Any]) -> comparable.Measured:
         return comparable.Measured(r.get("tokens_per_s_per_device"), r.get("spread"), r.get("others_share"))

@@ -1,7 +1,8 @@
 """The loss gap of a quantized run (FP8) to its bf16 twin on real text: the mean relative gap over the last steps.
 
 The rule (docs/metrics.md, "FP8 against its bf16 twin"): both runs train the same model on the same data (the same
-corpus shards), seed, tokens per step and step count (the learning-rate schedule), and differ only in precision.
+corpus shards), seed, tokens per step and step count (the learning-rate schedule), and differ only in precision
+(and in keys that never reach the training step: config/training_step.py).
 Over the last WINDOW of the steps, gap_i = (loss_q[i] - loss_bf16[i]) / loss_bf16[i]; the mean of gap_i is the
 number, and |mean| <= GOAL passes. Early steps are left out: there the losses fall fast and a one-step lag in an
 otherwise equal trajectory reads as a large gap. Pure: the caller reads the run directories (observe.runs.rundata).
@@ -14,11 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from moekit.config import training_step as training
+
 WINDOW = 0.2  # the last fifth of the steps
 GOAL = 0.01  # |mean relative gap| at most 1%
 MIN_STEPS = 5
-# Config sections that may differ between the twins: precision (the point), and what only places or names a run.
-MAY_DIFFER = ("precision", "run", "profile", "expect", "experiment_name")
+# What may differ between the twins besides what never reaches the training step (config/training_step.py): precision.
+MAY_DIFFER = ("precision",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,37 +44,24 @@ class Gap:
         return asdict(self)
 
 
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config sections as dotted keys."""
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-        if isinstance(v, Mapping) and v:
-            out |= flatten(v, f"{prefix}{k}.")
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def not_comparable(
     candidate_cfg: Mapping[str, Any],
     reference_cfg: Mapping[str, Any],
     candidate_corpus: Mapping[str, Any] | None = None,
     reference_corpus: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """Why the two runs are not twins (empty when they are): every config key outside MAY_DIFFER that differs
-    (model, MoE path, tokens per step, steps, seed, data, ...), and different corpus shards."""
-    a, b = flatten(candidate_cfg), flatten(reference_cfg)
-    reasons = []
-    for key in sorted(set(a) | set(b)):
-        if key.split(".", 1)[0] in MAY_DIFFER or key == "data.files" and candidate_corpus and reference_corpus:
-            continue  # a corpus's files sit in each machine's cache: its digest below says whether they are the same
-        if a.get(key) != b.get(key):
-            reasons.append(f"{key}: {a.get(key)!r} vs {b.get(key)!r}")
-    if a.get("precision.name") == b.get("precision.name"):
+    """Why the two runs are not twins (empty when they are): every key that reaches the training step
+    (config/training_step.py) and differs, precision aside (model, MoE path, tokens per step, steps, seed, data, ...),
+    and different corpus shards."""
+    # A corpus's files sit in each machine's cache: its digest below says whether they are the same.
+    both = bool(candidate_corpus and reference_corpus)
+    reasons = training.differences(candidate_cfg, reference_cfg, MAY_DIFFER + (("data.files",) if both else ()))
+    a, b = (training.flatten(c).get("precision.name") for c in (candidate_cfg, reference_cfg))
+    if a == b:
         reasons.append("the same precision: nothing to compare")
     if bool(candidate_corpus) != bool(reference_corpus):
         reasons.append("one run has a corpus record (corpus.json) and the other none")
-    elif candidate_corpus and reference_corpus and candidate_corpus.get("sha256") != reference_corpus.get("sha256"):
+    elif both and candidate_corpus.get("sha256") != reference_corpus.get("sha256"):
         reasons.append(
             f"different corpus shards: sha256 {str(candidate_corpus.get('sha256'))[:16]} vs "
             f"{str(reference_corpus.get('sha256'))[:16]} (another Python or tokenizer)"

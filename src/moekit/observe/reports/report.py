@@ -68,9 +68,15 @@ def _finite(value: Any) -> bool:
 
 
 def status(r: Run) -> str:
-    """ok, or what went wrong: 'failed: killed (2 of 4 steps)', 'ok (no record of step 5)': a row never hides it.
+    """ok, or what went wrong: 'failed: killed (2 of 4 steps)', 'ok (no record of step 5)', 'ok; attempt 1 of 2 was
+    killed: ...': a row never hides it.
 
     Steps done are the steps the records hold (one per step across attempts), never a count of lines."""
+    killed = summary.killed_text(r.summary)
+    return _status(r) + (f"; {killed}" if killed else "")
+
+
+def _status(r: Run) -> str:
     m = r.manifest
     planned = int((r.config.get("train") or {}).get("steps") or 0)
     recorded = sorted(int(row["step"]) for row in r.metrics.rows)  # counted, never a range of step numbers
@@ -94,8 +100,8 @@ def _steady(s: dict[str, Any], key: str, fmt: str) -> str:
     st = s.get("step_time_s")
     if not st:
         return "n/a (too few steady steps)"
-    if key == "median":
-        return f"{st['median']:.4f}"
+    if key == "median":  # the windows' time per step (the rates' own), then the steps' median
+        return f"{_num(st.get('per_window'), '.4f')} ({st['median']:.4f})"
     if key == "spread":
         return f"{st['min']:.4f}-{st['max']:.4f}, {st['stdev']:.4f}"
     return _num(s.get(key), fmt)
@@ -110,7 +116,7 @@ def runs_table(runs: Sequence[Run], names: Sequence[str]) -> str:
         "status",
         "hardware",
         "steps (steady)",
-        "step time s (median)",
+        "step time s (windows; median)",
         "spread s (min-max, stdev)",
         "TFLOP/s/device",
         "tokens/s/device",
@@ -150,21 +156,38 @@ BASIS = "tokens/s/device"
 TOKENS_KEY = "tokens_per_s_per_device"
 
 
+def loss_difference(base: Run, other: Run) -> str:
+    """other's loss minus base's at the last step both recorded, with that step where it is not both runs' last;
+    'n/a (other steps)' when they share no step (a loss after more steps is another point of the curve)."""
+
+    def losses(r: Run) -> dict[int, float]:
+        return {int(row["step"]): row[summary.LOSS] for row in r.metrics.rows if _number(row.get(summary.LOSS))}
+
+    a, b = losses(base), losses(other)
+    shared = set(a) & set(b)
+    if not shared:
+        return "n/a (other steps)"
+    step = max(shared)
+    last = {max(a), max(b)} == {step}
+    return f"{b[step] - a[step]:+.2e}" + ("" if last else f" (step {step})")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def comparison_table(runs: Sequence[Run], names: Sequence[str]) -> str:
     """The ablation view: every run against the first one, on tokens/s per device, only where the two runs are
-    comparable (observe.reports.comparable: same model, tokens per step and hardware, a like host load, a difference
-    outside the runs' spread); elsewhere the cell says why not."""
+    comparable (observe.reports.comparable: same model, tokens per step and hardware, another training
+    configuration, a like host load, a ratio outside the noise measured); elsewhere the cell says why not. The loss
+    difference is taken at the last step both runs recorded."""
     base = runs[0]
-    base_loss = base.summary.get("final_loss")
-    header = ["run", "status", "step time s", f"speed-up vs first ({BASIS})", "TFLOP/s/device", "tokens/s/device"]
-    header += ["final loss", "loss - first"]
+    header = ["run", "status", "step time s (windows; median)", f"speed-up vs first ({BASIS})", "TFLOP/s/device"]
+    header += ["tokens/s/device", "final loss", "loss - first (same step)"]
     rows = []
-    for name, r in zip(names, runs, strict=True):
+    for name, r, speed in zip(names, runs, comparable.against_first(runs), strict=True):
         s = r.summary
-        loss = s.get("final_loss")
-        speed = comparable.runs(base, r)
-        other_model = speed.why == "another model"
-        dloss = "n/a" if loss is None or base_loss is None or other_model else f"{loss - base_loss:+.2e}"
+        dloss = "n/a (another model)" if speed.why == "another model" else loss_difference(base, r)
         rows.append(
             [
                 name,
@@ -173,7 +196,7 @@ def comparison_table(runs: Sequence[Run], names: Sequence[str]) -> str:
                 speed.text(),
                 _steady(s, "tflops_per_device", ".4g"),
                 _steady(s, TOKENS_KEY, ".1f"),
-                _num(loss, ".4f"),
+                _num(s.get("final_loss"), ".4f"),
                 dloss,
             ]
         )
@@ -285,7 +308,8 @@ def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
     """The report's notes: how numbers are computed, each hardware's peak source, and what each run left out, paid
     for checkpoints or did not finish."""
     out = [
-        "Step time: median over the steady steps, across all attempts of a resumed run. Left out, by the events "
+        "Step time: the steady windows' wall time per step (the time tokens/s and TFLOP/s are computed from), then "
+        "in brackets the median of the steady steps, across all attempts of a resumed run. Left out, by the events "
         "each run recorded (each run below says which steps, docs/metrics.md why): "
         + "; ".join(f"{k}: {v}" for k, v in summary.REASONS.items())
         + ". Fewer than 3 steady steps give no number. TFLOP/s and tokens/s are "
@@ -295,10 +319,12 @@ def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
     if len(runs) > 1:
         out.append(
             "Speed-up: tokens/s/device relative to the first run, only for runs of the same model, the same tokens "
-            "per step on each device (per-device batch x sequence length) and the same hardware, whose hosts were "
-            f"as busy (others' share of the CPU within {comparable.LOAD_GAP:.0%}) and whose difference lies outside "
-            "their own spread (steady step times' stdev / median); other runs show why not, with the ratio where "
-            "there is one. Never step time."
+            "per step on each device (per-device batch x sequence length) and the same hardware but another training "
+            "configuration (keys that only place, watch, check or trace a run do not count: docs/metrics.md), whose "
+            f"hosts were as busy (others' share of the CPU within {comparable.LOAD_GAP:.0%}) and whose ratio lies "
+            "outside the noise measured on this host: the spread of repeats of one configuration among these runs, "
+            "else each run's own steady step times' stdev / median; other runs show why not, with the ratio where "
+            "there is one. Never step time. Loss - first: at the last step both runs recorded."
         )
     peaks = {(r.hardware.get("name"), r.hardware.get("peak_source")) for r in runs}
     out += [f"Peaks of {hw}: {src}" for hw, src in sorted(peaks, key=str)]
@@ -321,9 +347,11 @@ def notes(runs: Sequence[Run], names: Sequence[str]) -> list[str]:
             )
         if r.metrics.truncated_tail:
             out.append(f"{name}: the last line of {r.metrics.path} was cut off (run killed mid-write); it was skipped.")
-        state = status(r)
+        state = _status(r)
         if state != "ok":
             out.append(f"{name}: the run is {state}; its numbers cover only the steps it completed.")
+        if killed := summary.killed_text(r.summary):
+            out.append(f"{name}: {killed}; its rates come from the steps the attempts recorded, which stand.")
     return out
 
 

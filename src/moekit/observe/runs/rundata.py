@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
+from moekit.base import failures
 from moekit.observe.runs import events, metrics, summary
 from moekit.observe.runs.metrics import Metrics, MetricsError
 from moekit.rundir import records
@@ -173,4 +174,17 @@ def summarize(
     folder = run or (m.path.parent if m.path else None)
     last = max((int(r.get(summary.ATTEMPT, 0)) for r in m.rows), default=0) or None
     found = events.per_attempt(folder, last=last) if folder else {}
-    return summary.summarize(m, peaks, every, summary.attempt_starts(history), found, planned)
+    return summary.summarize(m, peaks, every, summary.attempt_starts(history), found, planned, _entries(manifest))
+
+
+def _entries(manifest: records.Manifest | None) -> list[dict[str, Any]]:
+    """Every attempt's manifest entry, the one still running or stopped unrecorded included (a finished run's
+    manifest holds its last attempt's entry; a running or unfinished one's does not yet)."""
+    if manifest is None:
+        return []
+    entries = list(manifest.attempts)
+    number = manifest.attempt if isinstance(manifest.attempt, int) and manifest.attempt > 0 else len(entries) + 1
+    if manifest.status in (records.RUNNING, UNFINISHED) and len(entries) < number:
+        killed = {"failure": {"class": failures.KILLED.name}, "wall_s": None} if manifest.status == UNFINISHED else {}
+        entries.append({"attempt": number, **killed})
+    return entries

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from moekit.observe.runs.events import COMPILE, RESTORE, SAVE, TRACE_START, TRACE_STOP, Events
 
-START, COMPILED, RESTORED, SAVED, TRACE, REFILL, WARMUP, OUTLIER, NONFINITE = (
+START, COMPILED, RESTORED, SAVED, TRACE, REFILL, WARMUP, OUTLIER, NONFINITE, CLOCK = (
     "attempt start",
     "compile",
     "checkpoint restore",
@@ -38,11 +38,18 @@ START, COMPILED, RESTORED, SAVED, TRACE, REFILL, WARMUP, OUTLIER, NONFINITE = (
     "warm-up",
     "outlier",
     "not finite",
+    "clock jump",
 )
 WARMUP_FACTOR = 1.5  # a leading step of an attempt this many times the median of its later steps is warming up
 OUTLIER_FACTOR = 3.0  # a step this many times the median of the counted steps is a stall, not steady work
 COMPILE_SHARE = 0.1  # a compilation counts when it took at least this share of the step's window
 MIN_STEADY = 3  # fewer steady steps than this give no steady number
+# A step whose stamps (events: the time between its step-end stamp and the one before) and MaxText's own step time
+# disagree by more than this many seconds plus JUMP_SHARE of the step time: the wall clock jumped (an NTP step, a
+# paused VM) between the two stamps. Both time the same interval (MaxText stamps the step where its step time
+# ends), so they agree otherwise: within 0.2 ms on every step of three smoke runs (CPU, 2026-12-07, jax 0.12.0.1,
+# MaxText 0.2.5, step times 1.8-7.4 s on a shared 2-core host).
+JUMP_S, JUMP_SHARE = 0.5, 0.5
 
 REASONS = {
     START: "the first step of an attempt: start-up, restore and compilation precede it and the device pipeline is "
@@ -59,6 +66,9 @@ REASONS = {
     OUTLIER: f"over {OUTLIER_FACTOR:g}x the median of the counted steps: a stall (a short step stays in its window: "
     "its work shows in the step after it)",
     NONFINITE: "its step time is NaN or infinite: no time can be counted from it",
+    CLOCK: f"its step-end stamps and MaxText's own step time disagree by more than {JUMP_S:g} s + "
+    f"{JUMP_SHARE:.0%} of the step: the wall clock jumped between the stamps (an NTP step, a paused VM), so the "
+    "step and its jump stay out of every window (the summary's clock_jumps says by how much)",
 }
 # Reasons after which the pipeline refills. A compilation is host work: the device runs on with what is in flight,
 # then waits, so the step after one is off too (CPU, 2026-12-04: after the metric compilations of a resumed
@@ -107,6 +117,8 @@ class Verdict:
     evidence: dict[int, str]
     """attempt -> 'events' or 'checkpoint.every (no event record)'."""
     windows: list[Window]
+    jumps: dict[int, float] | None = None
+    """step -> its stamps' interval less MaxText's step time (s), for each step left out as a clock jump."""
 
     def steady(self, steps: Sequence[Step]) -> list[int]:
         """The steps not left out, in order."""
@@ -122,6 +134,7 @@ def judge(
     time, neither as warm-up nor as an outlier: what the run sustained includes its slow steps)."""
     out: dict[int, str] = {s.step: NONFINITE for s in steps if not math.isfinite(s.seconds)}
     evidence: dict[int, str] = {}
+    jumps: dict[int, float] = {}
     by_attempt: dict[int, list[Step]] = {}
     for s in sorted(steps, key=lambda s: s.step):
         by_attempt.setdefault(s.attempt, []).append(s)
@@ -130,6 +143,9 @@ def judge(
         if found is not None and found.recorded:
             evidence[attempt] = "events"
             marks = _by_events(own, found, training)
+            jumped = {s: j for s, j in clock_jumps(own, found.step_end).items() if marks.get(s) != START}
+            jumps |= jumped
+            marks |= dict.fromkeys(jumped, CLOCK)  # its stamps time no work: whatever else they seem to show
         else:
             evidence[attempt] = "checkpoint.every (no event record)"
             marks = _by_schedule(own, 0 if SAVED in training else checkpoint_every)
@@ -140,7 +156,21 @@ def judge(
     if rest and not training:  # counted as training, a save's step is long by nature: no outlier then
         median = statistics.median(s.seconds for s in rest)
         out |= {s.step: OUTLIER for s in rest if s.seconds > OUTLIER_FACTOR * median}
-    return Verdict(dict(sorted(out.items())), evidence, _windows(by_attempt, out, events))
+    kept = {s: j for s, j in jumps.items() if out.get(s) == CLOCK}
+    return Verdict(dict(sorted(out.items())), evidence, _windows(by_attempt, out, events), kept)
+
+
+def clock_jumps(own: Sequence[Step], stamps: Mapping[int, float]) -> dict[int, float]:
+    """step -> its stamps' interval less its step time, for each step of `own` whose two step-end stamps and
+    MaxText's step time disagree beyond JUMP_S + JUMP_SHARE of the step time (the clock jumped between them)."""
+    out = {}
+    for s in own:
+        hi, lo = stamps.get(s.step), stamps.get(s.step - 1)
+        if hi is None or lo is None or not math.isfinite(s.seconds):
+            continue
+        if abs((hi - lo) - s.seconds) > JUMP_S + JUMP_SHARE * s.seconds:
+            out[s.step] = round(hi - lo - s.seconds, 3)
+    return out
 
 
 def _windows(

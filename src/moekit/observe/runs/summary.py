@@ -10,6 +10,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from moekit.base import failures
 from moekit.observe.runs import steady
 from moekit.observe.runs.events import Events
 from moekit.observe.runs.metrics import Metrics
@@ -54,12 +55,15 @@ def summarize(
     attempt_starts: Sequence[int] = (0,),
     events: Mapping[int, Events] | None = None,
     planned_steps: int | None = None,
+    attempts: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """Rates over the steady windows (none when fewer than steady.MIN_STEADY steps), each left-out step with its reason,
     the steps that paid a save apart, the steps the records miss (they ran: a later one did) and the steps that
     never ran (after the last record, up to `planned_steps`).
 
-    `events`: attempt number -> that attempt's events (observe/runs/events.per_attempt); `planned_steps`: train.steps.
+    `events`: attempt number -> that attempt's events (observe/runs/events.per_attempt); `planned_steps`: train.steps;
+    `attempts`: every attempt's entry in the manifest (an attempt that wrote no step counts too: the summary's
+    attempt count is the manifest's, and a killed attempt is named with its wall time a lower bound).
     """
     rows = [r for r in m.rows if STEP_TIME in r]
     recorded = sorted(int(r["step"]) for r in m.rows)
@@ -76,7 +80,7 @@ def summarize(
             "excluded": [],
             "missing_steps": missing,
             "steps_not_run": not_run,
-        }
+        } | _attempts(attempts, 1)
     events = events or {}
     last = max(events, default=1)
     starts = sorted(attempt_starts)
@@ -93,7 +97,8 @@ def summarize(
         "windows": [w.to_dict() for w in verdict.windows],
         "exclusion_reasons": {why: REASONS[why] for why in dict.fromkeys(left_out.values())},
         "evidence": {str(a): e for a, e in sorted(verdict.evidence.items())},
-        "attempts": len(verdict.evidence),
+        **_attempts(attempts, len(verdict.evidence)),
+        "clock_jumps": [{"step": s, "stamps_less_step_time_s": j} for s, j in sorted((verdict.jumps or {}).items())],
         "missing_steps": missing,
         "steps_not_run": not_run,
         "step_time_s": None,
@@ -119,6 +124,19 @@ def summarize(
         "mfu": {k: (rate[TFLOPS] / p if (rate[TFLOPS] is not None and p) else None) for k, p in peaks.items()},
     }
     return out
+
+
+def _attempts(entries: Sequence[Mapping[str, Any]], with_steps: int) -> dict[str, Any]:
+    """The attempt count (the manifest's entries, at least those that wrote steps) and the attempts before the
+    last that were killed (their wall time runs from their first event to their last: a lower bound); the last
+    attempt's end is the run's status."""
+    bound = [e.get("wall_s_lower_bound") or ("wall_s" in e and e["wall_s"] is None) for e in entries]
+    killed = [  # numbered by place: the manifest lists attempt 1 first (a damaged number is never read)
+        n
+        for n, (e, b) in enumerate(zip(entries[:-1], bound, strict=False), 1)
+        if b or (e.get("failure") or {}).get("class") == failures.KILLED.name
+    ]
+    return {"attempts": max(len(entries), with_steps), "killed_attempts": killed, "wall_lower_bound": any(bound)}
 
 
 def _rates(by_step: Mapping[int, dict], windows: Sequence[steady.Window]) -> dict[str, float | None]:
@@ -166,6 +184,18 @@ def excluded_text(s: dict[str, Any]) -> str:
     return "; ".join(f"{ranges(v)} ({why})" for why, v in groups.items()) or "none"
 
 
+def killed_text(s: Mapping[str, Any]) -> str:
+    """'attempt 1 of 2 was killed: the wall time is a lower bound', or '' when no attempt was killed."""
+    killed = s.get("killed_attempts") or []
+    if not killed:
+        return ""
+    which = ", ".join(map(str, killed))
+    bound = ": the run's wall time is a lower bound" if s.get("wall_lower_bound") else ""
+    plural = len(killed) > 1
+    verb = "were" if plural else "was"
+    return f"attempt{'s' if plural else ''} {which} of {s.get('attempts', '?')} {verb} killed{bound}"
+
+
 def ranges(steps: list[int]) -> str:
     """[0, 1, 2, 5, 7, 8] -> "0-2, 5, 7, 8"."""
     parts, run = [], [steps[0]]
@@ -190,6 +220,13 @@ def format_summary(s: dict[str, Any], hardware: str, peak_source: str) -> str:
         f"steps            {s['steps']}{attempts} ({s.get('steady_steps', 0)} steady)",
         f"left out         {excluded_text(s)}",
     ]
+    if killed := killed_text(s):
+        lines.append(f"killed           {killed}")
+    for j in s.get("clock_jumps") or []:
+        lines.append(
+            f"clock jump       step {j['step']}: its stamps {j['stamps_less_step_time_s']:+.3f} s off MaxText's step "
+            "time; left out of the windows"
+        )
     if st:
         lines += [
             f"step time        {_num(st.get('per_window'), '.4f')} s per step over {len(s.get('windows', []))} "
