@@ -337,6 +337,18 @@ def test_experiment_compose_with_jobset_cluster():
     assert cfg.cluster.kind == "jobset" and jobset.job_name(cfg) == "dsv3-blog"
 
 
+def test_a_compose_project_larger_than_a_host_says_so():
+    """Compose puts every node on one host: 32 nodes x 4 GPUs would reserve GPUs 0-127 there; the render warns on
+    stderr and in the file, and a project one host can hold renders without a word."""
+    p = moekit("render", "target=compose", "experiment=dsv3_blog")
+    assert p.returncode == 0, p.stderr
+    warning = "runs all 32 nodes on the one host that runs `docker compose` and reserves its GPUs 0-127"
+    assert f"moekit: warning: this project {warning}" in p.stderr and f"# WARNING: this project {warning}" in p.stdout
+    assert "render target=jobset or target=slurm" in p.stderr
+    small = moekit("render", "target=compose", "experiment=smoke_gpu", "cluster.nodes=2", "cluster.gpus_per_node=4")
+    assert small.returncode == 0 and "warning" not in small.stderr.lower() + small.stdout.lower(), small.stderr
+
+
 def test_documented_site_settings_render_and_validate():
     """The override forms docs/kubernetes.md gives for site settings."""
     m = _render(
