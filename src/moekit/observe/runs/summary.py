@@ -108,7 +108,7 @@ def summarize(
     if len(counted) < steady.MIN_STEADY:
         out["note"] = (
             f"too few steady steps ({len(counted)} of {len(rows)}; at least {steady.MIN_STEADY} are needed): no "
-            "steady number. Run more steps, or save checkpoints less often."
+            f"steady number. {_more_steady(set(left_out.values()))}."
         )
         return out
     rate = _rates(by_step, verdict.windows)
@@ -119,6 +119,19 @@ def summarize(
         "mfu": {k: (rate[TFLOPS] / p if (rate[TFLOPS] is not None and p) else None) for k, p in peaks.items()},
     }
     return out
+
+
+def _more_steady(causes: set[str]) -> str:
+    """What gives a run more steady steps: more steps, and fewer of the events that left these out (only those that
+    did: a profiled run without checkpoints is not told about checkpoints)."""
+    fixes = ["Run more steps"]
+    if causes & {steady.SAVED, steady.RESTORED}:
+        fixes.append("save checkpoints less often (checkpoint.every)")
+    if steady.TRACE in causes:
+        fixes.append(
+            "leave more steps outside the profiler's window (profile.skip_steps, profile.steps), or profile=off"
+        )
+    return ", or ".join(fixes)
 
 
 def _rates(by_step: Mapping[int, dict], windows: Sequence[steady.Window]) -> dict[str, float | None]:
