@@ -349,6 +349,23 @@ def test_a_compose_project_larger_than_a_host_says_so():
     assert small.returncode == 0 and "warning" not in small.stderr.lower() + small.stdout.lower(), small.stderr
 
 
+def test_a_fabric_only_job_is_named_apart_from_the_training_job():
+    """docs/fabric.md's bring-up job, applied beside the training JobSet, must not replace it: its name is the
+    training job's with -fabric, within the JobSet name's length, in every target."""
+    m = _render("experiment=dsv3_blog", "target=jobset", "fabric.only=true", "fabric.mode=enforce")
+    assert (
+        m["metadata"]["name"]
+        == "dsv3-blog-fabric"
+        != _render("experiment=dsv3_blog", "target=jobset")["metadata"]["name"]
+    )
+    long = _render("experiment=llama4_maverick_64gpu", "target=jobset", "fabric.only=true")["metadata"]["name"]
+    assert long.endswith("-fabric") and len(long) <= 25 and long.startswith("llama4-maverick")
+    slurm, _, _ = cmd.render(["experiment=dsv3_blog", "target=slurm", "fabric.only=true"])
+    assert "#SBATCH --job-name=dsv3-blog-fabric" in slurm
+    named = _render("experiment=dsv3_blog", "target=jobset", "fabric.only=true", "cluster.name=nodes-check")
+    assert named["metadata"]["name"] == "nodes-check"
+
+
 def test_documented_site_settings_render_and_validate():
     """The override forms docs/kubernetes.md gives for site settings."""
     m = _render(
