@@ -349,6 +349,17 @@ def test_a_compose_project_larger_than_a_host_says_so():
     assert small.returncode == 0 and "warning" not in small.stderr.lower() + small.stdout.lower(), small.stderr
 
 
+def test_a_claimed_resource_claim_template_is_named_with_what_creates_it():
+    """network=nvl72_ib (dsv3_blog): the pods claim a ResourceClaimTemplate the JobSet does not create; the render
+    says so on stderr, with the ComputeDomain that creates it; a JobSet without a claim gets no such note."""
+    p = moekit("render", "target=jobset", "experiment=dsv3_blog")
+    assert p.returncode == 0 and "resourceClaimTemplateName: moekit-compute-domain-channel" in p.stdout, p.stderr
+    said = "the pods claim the ResourceClaimTemplate 'moekit-compute-domain-channel', which this file does not create"
+    assert f"moekit: note: network=nvl72_ib: {said}" in p.stderr and "ComputeDomain" in p.stderr
+    plain = moekit("render", "target=jobset", "experiment=smoke")
+    assert plain.returncode == 0 and "ResourceClaimTemplate" not in plain.stderr
+
+
 def test_a_fabric_only_job_is_named_apart_from_the_training_job():
     """docs/fabric.md's bring-up job, applied beside the training JobSet, must not replace it: its name is the
     training job's with -fabric, within the JobSet name's length, in every target."""
