@@ -206,7 +206,19 @@ def _sample(cfg: Config) -> list[str]:
     manifest = json.loads((GPU_RUN / "manifest.json").read_text())
     versions = json.loads((GPU_RUN / "versions.json").read_text())
     where = GPU_RUN.relative_to(REPO).as_posix()
+    own = f"experiment={cfg.experiment_name}" in manifest.get("overrides", [])
+    gpus = cfg.cluster.nodes * cfg.cluster.gpus_per_node
+    top = (
+        []
+        if own
+        else [
+            f"**The format, not this recipe's numbers**: the record below comes from a one-GPU run of another "
+            f"configuration, not from this experiment's {gpus} GPU(s); its step time and rates say nothing about them.",
+            "",
+        ]
+    )
     return [
+        *top,
         f"A metrics record MaxText wrote (`metrics.jsonl`, {', '.join(SAMPLE_KEYS)} shown) in `moekit train "
         f"{' '.join(manifest.get('overrides', []))}` on one NVIDIA H200, {manifest['started'][:10]} (jax "
         f"{versions.get('jax')}, MaxText {versions.get('maxtext')}; {where}/):",
@@ -345,13 +357,15 @@ def page(name: str) -> str:
         "",
         "## MFU",
         "",
-        "MFU = the steady-state median of MaxText's `perf/per_device_tflops_per_sec` (the counted steps: compile, "
-        "saves, restores and trace edges left out, docs/metrics.md) / the device's dense peak"
+        "MFU = the steady TFLOP/s per device / the device's dense peak"
         + (
             f": {peak:g} TFLOP/s {dtype} per device for precision={cfg.precision.name} on {hw.name} ({hw.peak_source})."
             if peak
             else f": none on {hw.name} ({hw.peak_source}), so no MFU is reported."
-        ),
+        )
+        + " The steady TFLOP/s is `summary.json`'s `tflops_per_device`: the work of the counted steps (each step's "
+        "MaxText `perf/per_device_tflops_per_sec` x its `perf/step_time_seconds`) over the wall time of their windows "
+        "(compile, saves, restores and trace edges left out; docs/metrics.md), not a median of per-step rates.",
         "",
         "## Expected numbers",
         "",

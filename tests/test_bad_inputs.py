@@ -45,6 +45,9 @@ CASES = [
         "fix: moe=ragged_dot (what the config chooses",
     ),
     ("moe-option-typo", [*S, "moe=ragged-dot"], "moe=", "did you mean moe=ragged_dot?", "fix: moe=ragged_dot"),
+    # a group's option given to a key or group it is not an option of: the group that holds it is the fix
+    ("key-naming-an-option", [*S, "mode=dense"], "'mode'", "unknown config key", "did you mean moe=dense?"),
+    ("option-of-another-group", [*S, "model=dense"], "model=", "dense is an option of the moe group", "fix: moe=dense"),
     ("unknown-experiment", ["train", "experiment=nope"], "experiment=", "valid options for", "fix: experiment="),
     ("unknown-hardware", [*S, "hardware=tpu"], "hardware=", "valid options for hardware=", "fix: hardware="),
     # wrong types and ranges

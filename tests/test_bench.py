@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,3 +106,16 @@ def test_bench_commands_run_through_moekit(tmp_path):
 def test_bench_user_errors_exit_before_running(args, message):
     proc = moekit("bench", *args)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("which", ["dispatch", "gmm"])
+def test_the_dsv3_shape_on_a_cpu_is_refused_up_front(which):
+    """--shape dsv3 on a CPU would run the full shape's probe for about an hour before printing an estimate: it is
+    refused within seconds, with the compute it needs and the fix."""
+    if Path("/dev/nvidia0").exists():
+        pytest.skip("this host has a GPU")
+    start = time.monotonic()
+    proc = moekit("bench", which, "--shape", "dsv3")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"bench {which} --shape dsv3 on cpu: at least " in proc.stderr and "fix: --shape small" in proc.stderr
+    assert time.monotonic() - start < 120

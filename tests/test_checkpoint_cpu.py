@@ -71,10 +71,22 @@ def test_an_import_prints_a_train_line_that_keeps_its_overrides_and_a_fine_tune_
     (line,) = [ln for ln in p.stdout.splitlines() if "train from it:" in ln]
     words = shlex.split(line.split("train from it: ", 1)[1])
     assert words[:2] == ["moekit", "train"] and "precision=fp32" in words and "train.seq_len=32" in words
+    # the same import given to another model: the fix is the family and the few overrides the import needed
+    record = json.loads((tmp_path / "ckpt" / "moekit-import.json").read_text())
+    own = [w for w in words if w.startswith("model.")]
+    assert record["train_overrides"] == own and 0 < len(own) < len(record["overrides"])
+    other = moekit("train", "experiment=smoke", f"checkpoint.init_from={tmp_path / 'ckpt'}", "--dry-run")
+    assert other.returncode == 2, other.stderr[-3000:]
+    assert f"train the checkpoint's model ({shlex.join(['model=qwen3_30b_a3b', *own])})" in other.stderr
     run = moekit(*words[1:], "experiment=smoke", "train.steps=2", "checkpoint.every=1", f"run.dir={tmp_path}/run")
     assert run.returncode == 0, run.stderr[-3000:]
     p = moekit("checkpoint", "export", str(tmp_path / "run/smoke/checkpoints/1"), "--out", str(tmp_path / "back"))
     assert p.returncode == 0, p.stderr[-3000:]
+    # a log, not a terminal: progress lines, no carriage-return redraws; the file as readable as any other new one
+    assert "\r" not in p.stderr and "100% " in p.stderr and "MaxText parameters" in p.stderr, p.stderr[-3000:]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "back" / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~umask
     back = load_file(str(tmp_path / "back" / "model.safetensors"))
     assert set(back) == set(original) and all(back[k].shape == original[k].shape for k in back)
     assert any(not np.array_equal(back[k], original[k]) for k in back)

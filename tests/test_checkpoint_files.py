@@ -195,6 +195,17 @@ def test_a_cut_shard_is_refused_on_the_command_line_without_a_traceback(tmp_path
     assert p.returncode == 2 and str(f) in p.stderr and "Traceback" not in p.stderr, p.stderr[-2000:]
 
 
+def test_another_family_is_refused_with_the_option_to_import_it_with(tmp_path):
+    """A DeepSeek-V3 checkpoint given --family mixtral_tiny: the refusal names the option its model_type imports as."""
+    from moekit.config.kinds.families import _TINY_DEEPSEEK3
+
+    tiny_checkpoint(tmp_path / "hf", dict(_TINY_DEEPSEEK3))
+    p = moekit("checkpoint", "import", "--family", "mixtral_tiny", str(tmp_path / "hf"), "--out", str(tmp_path / "o"))
+    assert p.returncode == 2 and "family mismatch: the checkpoint is deepseek_v3" in p.stderr, p.stderr[-2000:]
+    assert "fix: --family deepseek3_671b (the model option for deepseek_v3" in p.stderr and "Traceback" not in p.stderr
+    assert not (tmp_path / "o").exists()
+
+
 # ---- the folder beside --out: never deleted, never written through ----
 
 

@@ -114,6 +114,31 @@ def test_the_command_prints_a_summary_and_refuses_with_exit_2(tmp_path, capsys):
     assert not (tmp_path / "o3").exists() and not list(tmp_path.glob(".o3.tmp-*"))  # nothing half-written
 
 
+def test_prepared_shards_given_to_the_other_pipeline_get_one_right_hint(tmp_path, capsys):
+    """`data prepare`'s default ArrayRecord shards given to data=hf: the first hint is data=grain (no vocabulary
+    hint for a tokenizer the fix leaves behind); the vocabulary refusal names the tokenizer data=hf picked; a run
+    that tokenizes the shards with another tokenizer than they were counted with says so."""
+    src, out = tree(tmp_path / "src"), tmp_path / "shards"
+    assert cli.main(["data", "prepare", str(src), "--out", str(out)]) == 0
+    files = f"data.files={out}/*.arrayrecord"
+    capsys.readouterr()
+    for extra in ([], ["data.format=arrayrecord"]):
+        assert cli.main(["train", "experiment=smoke", "data=hf", files, *extra, "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        fixes = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("fix:")]
+        assert len(fixes) == 1 and fixes[0].startswith("fix: data=grain ("), err
+    assert cli.main(["data", "prepare", str(src), "--out", str(tmp_path / "pq"), "--format", "parquet"]) == 0
+    capsys.readouterr()
+    assert cli.main(["train", "experiment=smoke", "data=hf", f"data.files={tmp_path}/pq/*.parquet", "--dry-run"]) == 2
+    assert "the tokenizer qwen3-tokenizer (data.tokenizer of data=hf) has 151,669 tokens" in capsys.readouterr().err
+    wide = ["data.tokenizer=qwen3-tokenizer", "data.tokenizer_type=huggingface", "model.extra.vocab_size=151680"]
+    wide += ["data.epochs=10"]  # the tree is small
+    assert cli.main(["train", "experiment=smoke", "data=grain", files, *wide, "--dry-run"]) == 0
+    said = capsys.readouterr()
+    assert f"note: {out}/corpus.json counts " in said.out + said.err
+    assert "tokens with tokenizer.llama2; this run tokenizes with qwen3-tokenizer" in said.out + said.err
+
+
 def test_a_corpus_may_leave_out_a_file_in_another_encoding_and_names_it(tmp_path):
     src = tree(tmp_path / "src")
     (src / "latin.py").write_bytes(b"# caf\xe9\n")

@@ -87,14 +87,18 @@ def test_maxtext_accepts_the_data_options():
     "overrides, phrase",
     [
         (["data=hf"], "data.files is not set"),
-        (["data=hf", "data.files=/d/x", "data.format=arrayrecord"], "data=grain (ArrayRecord)"),
+        (["data=hf", "data.files=/d/x", "data.format=arrayrecord"], "fix: data=grain (it reads arrayrecord)"),
         (["data=hf", "data.files=/d/x", "data.tokenizer_type=sentencepiece"], "AutoTokenizer"),
         (["data=hf", "data.files=/d/x", "data.workers=2"], "at most 1 worker"),
         (["data=grain", "data.files=/d/x", "data.tokenizer_type=tiktoken"], "contains 'tiktoken'"),
-        (["hardware=h200", "model.attention=cudnn_flash_te", "data=grain", "data.files=/d/x"],
-         "data.max_segments_per_seq=32"),
-        (["hardware=h100", "maxtext.extra.attention=cudnn_flash_te", "data.max_segments_per_seq=4"],
-         "the other tokens' attention output is zero"),
+        (
+            ["hardware=h200", "model.attention=cudnn_flash_te", "data=grain", "data.files=/d/x"],
+            "data.max_segments_per_seq=32",
+        ),
+        (
+            ["hardware=h100", "maxtext.extra.attention=cudnn_flash_te", "data.max_segments_per_seq=4"],
+            "the other tokens' attention output is zero",
+        ),
     ],
 )
 def test_data_refusals_name_the_fix(overrides, phrase):
@@ -215,4 +219,3 @@ def test_cudnn_flash_jax_on_packed_rows_is_named_before_launch():
     assert named(["model.attention=cudnn_flash_jax", "data.max_segments_per_seq=3"])
     assert not named(["model.attention=cudnn_flash_jax"])  # synthetic rows of one segment
     assert not named(["model.attention=cudnn_flash_jax", "data=grain", "data.files=/d/x", "data.packing=false"])
-

@@ -162,7 +162,7 @@ def test_a_planted_upward_import_fails(tmp_path):
 def test_a_room_may_import_only_the_floors_below_it():
     """allowed() against the order written out by hand (README "Layout"): the floors below, itself, the root."""
     assert allowed("base") == {"base", "root"}
-    assert allowed("translate") == {"base", "rundir", "config", "te_gmm", "translate", "root"}
+    assert allowed("translate") == {"base", "rundir", "config", "te_gmm", "attention", "translate", "root"}
     # one floor: render and plan may not import each other, nor observe.runs
     assert not {"plan", "observe.runs", "bench", "checkpoint.model"} & allowed("render")
     assert "render" not in allowed("plan") and "run" not in allowed("preflight") and "series" not in allowed("run")

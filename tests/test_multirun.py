@@ -69,6 +69,24 @@ def test_dry_run_lists_runs_and_bad_member_stops_the_sweep(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_the_ladders_dry_run_shows_what_each_rung_changes_and_whether_it_fits():
+    """docs/optimizations.md's ladder as typed: each rung's MaxText keys and environment that differ between the
+    rungs (grouped GEMM is an environment switch, multistream XLA flags, MXFP8 a quantization key) and the plan's
+    memory verdict for each (the offload rung as configured does not fit)."""
+    dry = moekit("train", "-m", "experiment=glob(dsv3_ladder_*)", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    rungs = dry.stdout.split("\n[")[1:]
+    assert len(rungs) == 6, dry.stdout
+    changes = [
+        next(ln for ln in r.splitlines() if ln.startswith("  differs (MaxText keys, environment): ")) for r in rungs
+    ]
+    assert "MOEKIT_RAGGED_DOT=te" in changes[1] and "MOEKIT_RAGGED_DOT=te" not in changes[0]
+    assert "XLA_FLAGS:--xla_gpu_experimental_enable_collective_multi_streaming=true" in changes[2]
+    assert "quantization=te_fp8_currentscaling" in changes[3] and "quantization=" not in changes[2]
+    fits = [next(ln for ln in r.splitlines() if ln.startswith("  memory (the plan's estimate): ")) for r in rungs]
+    assert "fits: " in fits[0] and "will not fit: " in fits[4], fits
+
+
 @pytest.mark.integration
 def test_sweep_gives_one_run_dir_per_run_and_a_combined_report(smoke_sweep):
     folder, proc = smoke_sweep

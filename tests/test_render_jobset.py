@@ -343,6 +343,46 @@ def test_experiment_compose_with_jobset_cluster():
     assert cfg.cluster.kind == "jobset" and jobset.job_name(cfg) == "dsv3-blog"
 
 
+def test_a_compose_project_larger_than_a_host_says_so():
+    """Compose puts every node on one host: 32 nodes x 4 GPUs would reserve GPUs 0-127 there; the render warns on
+    stderr and in the file, and a project one host can hold renders without a word."""
+    p = moekit("render", "target=compose", "experiment=dsv3_blog")
+    assert p.returncode == 0, p.stderr
+    warning = "runs all 32 nodes on the one host that runs `docker compose` and reserves its GPUs 0-127"
+    assert f"moekit: warning: this project {warning}" in p.stderr and f"# WARNING: this project {warning}" in p.stdout
+    assert "render target=jobset or target=slurm" in p.stderr
+    small = moekit("render", "target=compose", "experiment=smoke_gpu", "cluster.nodes=2", "cluster.gpus_per_node=4")
+    assert small.returncode == 0 and "warning" not in small.stderr.lower() + small.stdout.lower(), small.stderr
+
+
+def test_a_claimed_resource_claim_template_is_named_with_what_creates_it():
+    """network=nvl72_ib (dsv3_blog): the pods claim a ResourceClaimTemplate the JobSet does not create; the render
+    says so on stderr, with the ComputeDomain that creates it; a JobSet without a claim gets no such note."""
+    p = moekit("render", "target=jobset", "experiment=dsv3_blog")
+    assert p.returncode == 0 and "resourceClaimTemplateName: moekit-compute-domain-channel" in p.stdout, p.stderr
+    said = "the pods claim the ResourceClaimTemplate 'moekit-compute-domain-channel', which this file does not create"
+    assert f"moekit: note: network=nvl72_ib: {said}" in p.stderr and "ComputeDomain" in p.stderr
+    plain = moekit("render", "target=jobset", "experiment=smoke")
+    assert plain.returncode == 0 and "ResourceClaimTemplate" not in plain.stderr
+
+
+def test_a_fabric_only_job_is_named_apart_from_the_training_job():
+    """docs/fabric.md's bring-up job, applied beside the training JobSet, must not replace it: its name is the
+    training job's with -fabric, within the JobSet name's length, in every target."""
+    m = _render("experiment=dsv3_blog", "target=jobset", "fabric.only=true", "fabric.mode=enforce")
+    assert (
+        m["metadata"]["name"]
+        == "dsv3-blog-fabric"
+        != _render("experiment=dsv3_blog", "target=jobset")["metadata"]["name"]
+    )
+    long = _render("experiment=llama4_maverick_64gpu", "target=jobset", "fabric.only=true")["metadata"]["name"]
+    assert long.endswith("-fabric") and len(long) <= 25 and long.startswith("llama4-maverick")
+    slurm, _, _ = cmd.render(["experiment=dsv3_blog", "target=slurm", "fabric.only=true"])
+    assert "#SBATCH --job-name=dsv3-blog-fabric" in slurm
+    named = _render("experiment=dsv3_blog", "target=jobset", "fabric.only=true", "cluster.name=nodes-check")
+    assert named["metadata"]["name"] == "nodes-check"
+
+
 def test_documented_site_settings_render_and_validate():
     """The override forms docs/kubernetes.md gives for site settings."""
     m = _render(

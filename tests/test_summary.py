@@ -66,6 +66,19 @@ def test_a_save_every_two_steps_leaves_no_steady_step_and_says_so():
     assert "too few steady steps (0 of 10" in text and "tokens/s/device  " not in text
 
 
+def test_too_few_steady_steps_names_the_events_that_left_them_out():
+    """profile=on train.steps=6 without checkpoints: the note points at the profiler's window, not at checkpoints;
+    a run whose saves left its steps out is told about checkpoint.every."""
+    rows = [{"step": s, summary.STEP_TIME: 1.0, summary.TOKENS: 100.0, summary.TFLOPS: 1.0} for s in range(6)]
+    stamps = {s: float(s) for s in range(6)}
+    traced = _events(stamps, ("trace_start", 2.5, 2.5, None), ("trace_stop", 4.5, 4.5, None))
+    note = summary.summarize(metrics.Metrics(rows), {}, events={1: traced})["note"]
+    assert note.startswith("too few steady steps") and "profile.skip_steps" in note and "checkpoint" not in note
+    saved = _events(stamps, ("save", 1.2, 1.9, 1), ("save", 3.2, 3.9, 3))
+    note = summary.summarize(metrics.Metrics(rows), {}, events={1: saved})["note"]
+    assert "save checkpoints less often (checkpoint.every)" in note and "profile" not in note
+
+
 def test_every_attempt_starts_and_refills_again():
     """As if the run had resumed from the checkpoint of step 4: step 5 starts an attempt, 6 refills."""
     m = metrics.read(RUNS / "ckpt" / "metrics.jsonl")

@@ -85,6 +85,15 @@ def test_bad_requests_stop_before_training(args, message, tmp_path):
     assert not (tmp_path / "v").exists()
 
 
+def test_a_refusal_names_only_what_differs(tmp_path):
+    """A candidate with the reference's steps is refused for its setup alone ("6 steps vs the reference's 6" is
+    no difference); one that changes the steps is told about them."""
+    proc = moekit("verify", "experiment=smoke", "--candidate", "train.per_device_batch_size=1", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "other tokens per step" in proc.stderr and "steps vs" not in proc.stderr
+    proc = moekit("verify", "experiment=smoke", "--candidate", "train.steps=4", "--out", str(tmp_path / "v"))
+    assert proc.returncode == 2 and "(4 steps vs the reference's 6)" in proc.stderr, proc.stderr
+
+
 def test_out_folder_in_use_is_refused(tmp_path):
     (tmp_path / "v").mkdir()
     (tmp_path / "v" / "verify.json").write_text("{}")

@@ -62,6 +62,21 @@ def probe(shape, dtype: str = "bfloat16") -> tuple[float, float]:
     return gemm_s, 2.0 * flat.nbytes / moved
 
 
+def least_seconds(shape, dtype: str, kernels: int, iters: int) -> tuple[float, float]:
+    """(the least seconds the probe and the benchmark take at this device's dense matmul rate, that rate in FLOP/s),
+    from a matmul of 256 of the shape's rows, timed in well under a second. On a CPU, where a small matmul already
+    runs at the full rate, this bounds the wait before the probe of a large shape starts it."""
+    import jax
+    import jax.numpy as jnp
+
+    n = min(shape.n, 1024)
+    x = jnp.ones((256, shape.k), dtype)
+    w = jnp.ones((shape.k, n), dtype)
+    rate = 2.0 * 256 * shape.k * n / median_seconds(jax.jit(jnp.matmul), x, w, warmup=1, iters=3)
+    calls = 8 + kernels * (iters + 5)  # the probe's 8 calls, then each kernel's (estimate's count)
+    return calls * shape.flop / rate, rate
+
+
 def seconds(x: float) -> str:
     """A duration as a person reads it: '40 ms', '3.2 s', '12 s', '4.5 min'."""
     if x < 0.01:

@@ -24,6 +24,7 @@ SHAPES = {
     "small": (8, 512, 2, 256, 128, 3),  # seconds on a 2-core CPU (compilation takes most of them)
 }
 DIMS = ("experts", "tokens", "topk", "hidden", "ffn", "iters")
+WAIT_S = 600  # a benchmark that needs longer than this on a CPU is refused before its probe starts
 
 
 def _shape_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,6 +124,14 @@ def run(args: argparse.Namespace) -> int:
         layer = dispatch.Layer(dims["tokens"], dims["hidden"], dims["experts"], dims["topk"], dims["ffn"])
         kernels = 2
     say(f"shape {shape_name} on {platform} (--shape dsv3: DeepSeek-V3's per-GPU shape; --shape small: seconds on CPU)")
+    if platform != "gpu":  # the probe below runs the full shape: on a CPU, dsv3's takes longer than anyone waits
+        least, rate = timing.least_seconds(shape, args.dtype, kernels, dims["iters"])
+        if least > WAIT_S:
+            raise MoekitError(
+                f"bench {args.bench} --shape {shape_name} on {platform}: at least {timing.seconds(least)} of compute "
+                f"({shape.flop / 1e12:.3g} TFLOP per GEMM call; this {platform} multiplies at {rate / 1e9:.3g} "
+                f"GFLOP/s); fix: --shape small (seconds here), fewer --tokens, or a GPU"
+            )
     try:
         gemm_s, bandwidth = timing.probe(shape, args.dtype)
     except Exception as exc:  # a probe that cannot run (memory, an unsupported dtype) gives no estimate, not a guess

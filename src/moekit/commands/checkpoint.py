@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = _compose(args.family, [*args.overrides, *shape])
     hf.architecture_check(ckpt.config, resolved_values(cfg, *model_values(cfg.model.name)))
     unused = hf.shape_check(ckpt, mapping)
+    own = _needed(probe, resolved_values(probe, *model_values(probe.model.name)), shape)
     record = {
         "family": args.family,
         "overrides": [*args.overrides, *shape],
@@ -103,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         "hf_config": ckpt.config,
         "tensors": len(ckpt.tensors),
         "parameters": ckpt.parameters,
+        # what a run adds to model=<family> to train this checkpoint's model (the preflight's fix names these)
+        "train_overrides": [*(o for o in args.overrides if o.startswith("model.")), *own],
     }
     out = args.out.absolute()
     with target.writing(out, "import") as tmp, orbax.quiet():  # the folder is made before the conversion starts
@@ -112,7 +115,6 @@ def run(args: argparse.Namespace) -> int:
     print(summary.text(f"imported {args.src} ({ckpt.bytes / 2**20:,.1f} MiB of safetensors)"))
     if unused:
         print(f"  not imported: {len(unused)} tensor(s) MaxText's model has no place for, e.g. {unused[0]}")
-    own = _needed(probe, resolved_values(probe, *model_values(probe.model.name)), shape)
     line = [f"model={args.family}", *args.overrides, f"checkpoint.init_from={args.out.absolute()}", *own]
     print(f"  train from it: moekit train {shlex.join(line)}")
     return 0

@@ -106,11 +106,14 @@ def plan(args: argparse.Namespace) -> tuple[list[str], Config, list[tuple[list[s
                 f"candidate {' '.join(cand)} changes the model ({', '.join(f'model.{k}' for k in changed)}); another "
                 "model's losses are not comparable. An equivalence check keeps the model fixed."
             )
-        if why or cfg.train.steps != ref_cfg.train.steps:
+        # only what differs is named (a candidate with the reference's steps is not told about its steps)
+        changed = [why] if why else []
+        if cfg.train.steps != ref_cfg.train.steps:
+            changed.append(f"{cfg.train.steps} steps vs the reference's {ref_cfg.train.steps}")
+        if changed:
             raise VerifyError(
-                f"candidate {' '.join(cand)} changes the setup or the steps ({why or 'same setup'}; "
-                f"{cfg.train.steps} steps vs the reference's {ref_cfg.train.steps}); an equivalence check keeps both "
-                "fixed."
+                f"candidate {' '.join(cand)} changes the setup or the steps ({'; '.join(changed)}); an equivalence "
+                "check keeps both fixed."
             )
         planned.append((cand, cfg))
     return base, ref_cfg, planned

@@ -364,6 +364,10 @@ def _explain_hydra_error(message: str, overrides: Sequence[str], conf: Path) -> 
         value = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+~") == key), "VALUE")
         mean = f"  did you mean {parent + '.' if parent else ''}{close[0]}? fix: " if close else "  fix: "
         example = f"{parent + '.' if parent else ''}{close[0]}={value}; " if close else "correct the spelling; "
+        if not parent and (holders := _groups_holding(value, conf)):  # mode=dense: the value names a group's option
+            group = (difflib.get_close_matches(leaf, holders, n=1, cutoff=0) or holders)[0]
+            mean = f"  did you mean {group}={value}? ({value} is an option of the {group} group) fix: "
+            example = f"{group}={value}; "
         return (
             f"unknown config key '{key}' (from overrides {list(overrides)}).\n"
             f"  valid keys{' under ' + parent if parent else ''}: {_valid_keys(parent)}\n"
@@ -412,6 +416,11 @@ def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
         )
     rest = [o for o in overrides if o not in bad]
     typed = bad[-1].split("=", 1)[1] if bad else ""
+    elsewhere = [g for g in _groups_holding(typed, conf) if g != group]
+    if elsewhere and typed not in group_options(group, conf):  # model=dense: the option belongs to another group
+        return f"  did you mean {elsewhere[0]}={typed}? ({typed} is an option of the {elsewhere[0]} group)\n" + (
+            f"  fix: {elsewhere[0]}={typed}"
+        )
     options = [o for o in group_options(group, conf) if o != typed]  # the one typed exists but fails to compose
     close = closest(typed, options)
     if close and group == "experiment":
@@ -440,6 +449,13 @@ def _option_fix(group: str, overrides: Sequence[str], conf: Path) -> str:
         finally:
             _TRYING.pop()
     return f"{mean}  fix: pick one of them ({group}=OPTION; `moekit config groups` says what each is)"
+
+
+def _groups_holding(option: str, conf: Path) -> list[str]:
+    """The config groups that have an option of this name (moe for `dense`), in GROUPS' order."""
+    if not option or not re.fullmatch(r"[\w-]+", option):
+        return []
+    return [g for g in GROUPS if option in group_options(g, conf)]
 
 
 def _chosen_without(group: str, overrides: Sequence[str], conf: Path) -> str | None:

@@ -129,10 +129,19 @@ CONTAINER_MOUNT = _f(
 )
 
 
+FABRIC_SUFFIX = "-fabric"  # a fabric-only job's name: the training job's, with this
+
+
 def job_name(cfg: Config) -> str:
     """The one name of a cluster job (JobSet, its pods and Compose services, Slurm job): cluster.name, else the
-    experiment name with '-' for '_' in lower case (dsv3_blog -> dsv3-blog). Checked with JOB_NAME."""
-    return cfg.cluster.name or cfg.experiment_name.replace("_", "-").lower()
+    experiment name with '-' for '_' in lower case (dsv3_blog -> dsv3-blog), and for a fabric-only job that name
+    with -fabric (dsv3-blog-fabric: applied beside the training job, it must not replace it). Checked with JOB_NAME."""
+    if cfg.cluster.name:
+        return cfg.cluster.name
+    name = cfg.experiment_name.replace("_", "-").lower()
+    if cfg.fabric.only:
+        name = name[: JOB_NAME_MAX - len(FABRIC_SUFFIX)].rstrip("-") + FABRIC_SUFFIX
+    return name
 
 
 def job_name_fix(name: str) -> str:

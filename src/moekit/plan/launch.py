@@ -66,6 +66,19 @@ def refusal(cfg: Config, tables: Tables) -> str | None:
     )
 
 
+def memory_line(cfg: Config) -> str | None:
+    """The plan's memory verdict for this config in one line (a dry-run of a sweep prints it for each run), or None
+    where the hardware row has no device memory to compare with (CPU)."""
+    if not cfg.hardware.hbm_gib:
+        return None
+    factor = float(tables.shipped().calibration.get("device_factor", 1.0))
+    mem = _estimate(cfg, calibrate.values_of(cfg), Mesh.from_config(cfg), factor)
+    if mem.warnings:
+        return "; ".join(mem.warnings)
+    usable = f" of {mem.device_limit / GIB:.1f} GiB usable" if mem.device_limit else ""
+    return f"fits: {mem.total('device') / GIB:.1f} GiB per device estimated{usable} (`moekit plan` lists every item)"
+
+
 def ensure(cfg: Config) -> None:
     """Raise ConfigError (the refusal and its fix) where `refusal` finds one; the commands that launch or write a
     job call it once the config is loaded."""

@@ -117,7 +117,10 @@ def problems(cfg: Config) -> tuple[list[Problem], list[str]]:
         ]
     hf_config, option = record["hf_config"], record.get("family", "?")
     kind = hf_config.get("model_type", "?")
-    redo = f"model={option} " + " ".join(record.get("overrides", []))
+    # the import's own minimal list (older records hold only every shape override)
+    given = record.get("train_overrides", record.get("overrides"))
+    listed = isinstance(given, list) and all(isinstance(g, str) for g in given)
+    redo = f"model={option} " + (" ".join(given) if listed else "")
     block = HF_FAMILIES.get(kind)
     if block != cfg.model.decoder_block:
         return [

@@ -115,8 +115,37 @@ def problems(cfg: Config) -> tuple[list[Problem], Found]:
     out += _content_problems(cfg, files)
     path, vocab, tokenizer_problems = _tokenizer(cfg.data, host)
     out += tokenizer_problems
-    out += _model_fit_problems(cfg, vocab)
+    other_pipeline = any(p.key == "data.format" and p.fix.startswith("data=") for p in out)
+    # the fix moves the run to another pipeline (and its tokenizer): this one's vocabulary is not the question then
+    out += _model_fit_problems(cfg, None if other_pipeline else vocab)
     return out, Found(files, path, vocab)
+
+
+# What a file's name says it holds (moekit data prepare writes *.arrayrecord or *.parquet).
+SUFFIX_FORMATS = {
+    ".arrayrecord": "arrayrecord",
+    ".parquet": "parquet",
+    ".json": "json",
+    ".jsonl": "json",
+    ".arrow": "arrow",
+}
+
+
+def _format_fix(d: Data, path: str) -> str:
+    """The fix for files this pipeline cannot read as data.format: the format their name says, or the pipeline that
+    reads it (ArrayRecord shards, `data prepare`'s default, given to data=hf: data=grain)."""
+    from moekit.config.checks.data import FORMATS
+
+    seen = SUFFIX_FORMATS.get(Path(path).suffix.lower())
+    if seen and seen in FORMATS.get(d.dataset_type, ()):
+        return f"data.format={seen}"
+    readers = [kind for kind, formats in FORMATS.items() if seen in formats]
+    if readers:
+        return (
+            f"data={readers[0]} (the files are {seen}, which data={d.dataset_type} does not read), or prepare them "
+            f"with `moekit data prepare --format {FORMATS[d.dataset_type][0]}`"
+        )
+    return "data.format=<the files' format>"
 
 
 def _local_files(d: Data, host: str) -> tuple[list[str], list[Problem]]:
@@ -165,8 +194,7 @@ def _content_problems(cfg: Config, files: list[str]) -> list[Problem]:
             present = columns(files[0], fmt)
         except Exception as exc:  # a file of another format, or a damaged one
             present = None
-            fix = "data.format=<the files' format>"
-            out.append(Problem("data.format", f"{files[0]} is not readable as {fmt}: {exc}", fix))
+            out.append(Problem("data.format", f"{files[0]} is not readable as {fmt}: {exc}", _format_fix(d, files[0])))
         if present is not None and d.column not in present:
             out.append(
                 Problem(
@@ -219,7 +247,8 @@ def _model_fit_problems(cfg: Config, vocab: int | None) -> list[Problem]:
         out.append(
             Problem(
                 "data.tokenizer",
-                f"the tokenizer has {vocab:,} tokens but the model's vocabulary is {model_vocab:,}: larger token ids "
+                f"the tokenizer {cfg.data.tokenizer} (data.tokenizer of data={cfg.data.dataset_type}) has {vocab:,} "
+                f"tokens but the model's vocabulary is {model_vocab:,}: larger token ids "
                 "would index past the embedding",
                 f"model.extra.vocab_size={fit} (the tokenizer's size rounded up to 128), or a smaller tokenizer",
             )
@@ -246,4 +275,25 @@ def found_text(cfg: Config, found: Found) -> str:
         files = "remote files (not checked here)"
     tokens = f"{found.vocab:,} tokens" if found.vocab is not None else "?"
     name = Path(found.tokenizer_path).name if found.tokenizer_path else "?"
-    return f"data: {files}, column {cfg.data.column!r}; tokenizer {name} ({tokens})"
+    return f"data: {files}, column {cfg.data.column!r}; tokenizer {name} ({tokens})" + _counted_with(cfg, found)
+
+
+def _counted_with(cfg: Config, found: Found) -> str:
+    """A note when the files are shards `moekit data prepare` counted with another tokenizer than this run's: its
+    token count is not this run's."""
+    from moekit.base import bounded
+
+    folder = Path(found.files[0]).parent if found.files else None
+    if folder is None or not (folder / "corpus.json").is_file():
+        return ""
+    try:
+        record = json.loads(bounded.read_text(folder / "corpus.json", 16 * 2**20, "corpus.json"))
+        counted, tokens = str(record["tokenizer"]), int(record["tokens"])
+    except (OSError, ValueError, TypeError, KeyError, bounded.TooLarge):
+        return ""
+    if Path(counted).name == Path(cfg.data.tokenizer or "").name:
+        return ""
+    return (
+        f"\n  note: {folder / 'corpus.json'} counts {tokens:,} tokens with {counted}; this run tokenizes with "
+        f"{cfg.data.tokenizer}, so its token count differs (data.tokenizer={counted} trains on what was counted)"
+    )

@@ -18,6 +18,7 @@ from moekit.translate import rendezvous as rz
 NETWORK = "jobset"
 STACK_BYTES = 64 * 2**20  # NVIDIA's JAX containers recommend a 64 MiB stack
 RUNS_MOUNT = "/workspace/outputs"  # the image's run directories (Dockerfile WORKDIR /workspace)
+HOST_GPUS = 8  # the GPUs of one HGX/DGX host: a project reserving more cannot start on one host
 
 
 def literal(text: str) -> str:
@@ -76,6 +77,20 @@ def service(cfg: Config, overrides: Sequence[str], node: int) -> dict[str, Any]:
         gpus = {"driver": "nvidia", "device_ids": ids, "capabilities": ["gpu"]}
         svc["deploy"] = {"resources": {"reservations": {"devices": [gpus]}}}
     return svc
+
+
+def one_host_warning(cfg: Config) -> str | None:
+    """What a GPU project of more GPUs than one host has asks of the host that runs it (None: it may fit)."""
+    c = cfg.cluster
+    total = c.nodes * c.gpus_per_node
+    if cfg.hardware.platform != "gpu" or total <= HOST_GPUS:
+        return None
+    return (
+        f"this project runs all {c.nodes} nodes on the one host that runs `docker compose` and reserves its GPUs "
+        f"0-{total - 1} ({HOST_GPUS} is the most an HGX host has): `docker compose up` fails on any host with fewer. "
+        "Compose wires a multi-node job on one host (hardware=cpu, or cluster.nodes x cluster.gpus_per_node <= "
+        f"{HOST_GPUS}); for {c.nodes} nodes render target=jobset or target=slurm"
+    )
 
 
 def project(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:

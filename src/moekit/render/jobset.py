@@ -41,6 +41,21 @@ def job_name(cfg: Config) -> str:
     return formats.job_name(cfg)
 
 
+def claim_warning(cfg: Config) -> str | None:
+    """What a JobSet whose pods claim a ComputeDomain channel needs beside it (None: no claim). The template is
+    created by the NVIDIA DRA driver from a ComputeDomain object, which this JobSet does not carry: without it the
+    pods stay Pending."""
+    name = cfg.network.resource_claim_template
+    if not name:
+        return None
+    return (
+        f"network={cfg.network.name}: the pods claim the ResourceClaimTemplate {name!r}, which this file does not "
+        "create; apply a ComputeDomain of the NVIDIA DRA driver first (resource.nvidia.com/v1beta1, with "
+        f"spec.channel.resourceClaimTemplate.name: {name}: the driver creates the template from it), or set "
+        "network.resource_claim_template to the template your ComputeDomain creates; else the pods stay Pending"
+    )
+
+
 def kube_literal(text: str) -> str:
     """`text` as Kubernetes must receive it to pass it on unchanged: it expands $(VAR) in command, args and env
     values, and reads $$ as one $, so every $ is doubled."""

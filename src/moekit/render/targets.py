@@ -113,7 +113,8 @@ def _compose_check(text: str, cfg: Config, crd: str | None, kubernetes: str | No
 
 
 def _compose_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
-    return document.yaml_text(compose.project(cfg, overrides), head)
+    warning = compose.one_host_warning(cfg)
+    return document.yaml_text(compose.project(cfg, overrides), [*head, f"# WARNING: {warning}"] if warning else head)
 
 
 def _slurm_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:

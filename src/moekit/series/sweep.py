@@ -19,6 +19,7 @@ from moekit.base.errors import ConfigError
 from moekit.config.load import load
 from moekit.config.sweeps import expand
 from moekit.observe.reports import report_file
+from moekit.plan import launch
 from moekit.preflight import host as preflight
 from moekit.run import view
 from moekit.series import trial
@@ -41,19 +42,44 @@ def sweep_dir(runs: list[list[str]], base_dir: str, now: datetime) -> tuple[Path
     return rundir.new_run_dir(Path(base_dir), "multirun", now), runs
 
 
+def _differing_keys(configs: Sequence) -> list[list[str]]:
+    """For each run, its MaxText arguments and job environment (XLA_FLAGS flag by flag) whose value is not the same
+    in every run of the sweep: what each run changes, as MaxText and XLA receive it (secrets redacted)."""
+    from moekit.translate.env import env
+    from moekit.translate.maxtext_args import maxtext_args
+
+    rendered = []
+    for c in configs:
+        keys = {a.key: a.render() for a in maxtext_args(c, "<run dir>", "<run dir>/metrics.jsonl")}
+        variables = env(c)
+        flags = str(variables.pop("XLA_FLAGS", "")).split()
+        keys |= {f"${k}": f"{k}={v}" for k, v in variables.items()}
+        keys |= {f.partition("=")[0]: f"XLA_FLAGS:{f}" for f in flags}
+        rendered.append(keys)
+    every = set().union(*rendered) if rendered else set()
+    varying = sorted(k for k in every if len({r.get(k) for r in rendered}) > 1)
+    return [redact.redact_assignments(r[k] for k in varying if k in r) for r in rendered]
+
+
 def run_sweep(overrides: Sequence[str], dry_run: bool = False) -> int:
     """Expand, compose and check every run, then train them one after another and report on those that ran."""
     runs = expand(overrides)
     configs = [load(r, warn=False) for r in runs]  # every configuration error before anything starts
     if dry_run:  # and, as each run's own --dry-run does, the host probes
         print(f"# multirun: {len(runs)} run(s)")
+        keys = _differing_keys(configs)
         for i, (r, cfg) in enumerate(zip(runs, configs, strict=True)):
             shown = redact.redact_tree(cfg.to_dict(), view.secret_names(cfg))
             try:
                 checked = preflight.ensure(cfg, preflight.Host(dict(os.environ), shown), dry_run=True)
             except preflight.PreflightError as exc:
                 raise preflight.PreflightError(f"run [{i}] ({' '.join(redact.redact_assignments(r))}): {exc}") from None
-            print(f"[{i}] {' '.join(redact.redact_assignments(r))}" + (f"\n{checked.text()}" if checked.found else ""))
+            print(f"[{i}] {' '.join(redact.redact_assignments(r))}")
+            print(f"  differs (MaxText keys, environment): {' '.join(keys[i]) or '(the same as every other run)'}")
+            if fit := launch.memory_line(cfg):
+                print(f"  memory (the plan's estimate): {fit}")
+            if checked.found:
+                print(checked.text())
         return 0
     folder, runs = sweep_dir(runs, configs[0].run.base_dir, datetime.now(UTC))
     print(f"moekit: multirun of {len(runs)} run(s) -> {folder}", flush=True)

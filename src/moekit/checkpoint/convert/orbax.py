@@ -27,6 +27,34 @@ from moekit.checkpoint.model.hf import CheckpointError, HfCheckpoint
 from moekit.config.checks.checkpoint import ITEMS, RECORD
 
 
+@contextlib.contextmanager
+def _progress_for(module, what: str) -> Iterator[None]:
+    """MaxText's converter loop (to_huggingface's MemoryMonitorTqdm) shown with moekit's Progress: a bar on a
+    terminal, a line per tenth in a log (tqdm writes one line of carriage returns there, about 3 KB for a tiny
+    model)."""
+
+    def each(items, **_):
+        items = list(items)
+        progress = Progress(len(items), what)
+        for i, item in enumerate(items):
+            yield item
+            progress.update(i + 1)
+
+    bar = module.MemoryMonitorTqdm
+    module.MemoryMonitorTqdm = each
+    try:
+        yield
+    finally:
+        module.MemoryMonitorTqdm = bar
+
+
+def _as_created(path: Path) -> None:
+    """Give a file the mode an ordinary new file gets under this umask (safetensors' writer makes it 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
+
+
 @dataclass(slots=True)
 class Summary:
     """What an import or export wrote."""
@@ -282,9 +310,11 @@ def export_checkpoint(
     before = set(state)
     hf = _split_layer_stacks(config, keys, state, param_map, hooks, maps["shape_mapping"])
     keys = [k for k in keys if not (isinstance(k, str) and k in before - set(state))]
-    hf |= th._transform_weights_to_full_model(config, keys, state, param_map, hooks, maps["shape_mapping"])
+    with _progress_for(th, "MaxText parameters"):
+        hf |= th._transform_weights_to_full_model(config, keys, state, param_map, hooks, maps["shape_mapping"])
     arrays = {k: np.ascontiguousarray(np.asarray(v)) for k, v in sorted(hf.items())}
     save_file(arrays, str(out / "model.safetensors"), metadata={"format": "pt"})
+    _as_created(out / "model.safetensors")
     (out / "config.json").write_text(json.dumps(hf_config, indent=2, default=str), encoding="utf8")
     return Summary(
         tensors=len(arrays),

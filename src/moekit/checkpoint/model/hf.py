@@ -21,6 +21,7 @@ from moekit.config.kinds.families import FAMILIES
 # (PARAM_MAPPING/HOOK_FNS/HF_SHAPE key) of each model_type, or the reason there is none; the per-expert mappings.
 _HF = [h for f in FAMILIES.values() for h in f.hf]
 MAPPING_KEYS = {h.model_type: h.mapping for h in _HF if h.mapping}
+OPTIONS = {h.model_type: h.option for h in _HF if h.option}  # model_type -> the conf/model option it imports as
 NO_MAPPING = {h.model_type: h.no_mapping for h in _HF if not h.mapping}
 PER_EXPERT = frozenset(h.mapping for h in _HF if h.per_expert)
 
@@ -64,8 +65,14 @@ def family_check(config: dict[str, Any], decoder_block: str, option: str) -> str
     if block is None:
         raise CheckpointError(f"model_type {kind!r}: moekit has no family for it (known: {', '.join(HF_FAMILIES)})")
     if block != decoder_block:
+        fix = (
+            f"--family {OPTIONS[kind]} (the model option for {kind}; the checkpoint's widths come from its config.json)"
+            if kind in OPTIONS
+            else f"--family <a conf/model option of decoder {block}>"
+        )
         raise CheckpointError(
             f"family mismatch: the checkpoint is {kind} (MaxText decoder {block}); model={option} is {decoder_block}"
+            f"\n  fix: {fix}"
         )
     if kind in NO_MAPPING:
         raise CheckpointError(f"{kind}: {NO_MAPPING[kind]}")

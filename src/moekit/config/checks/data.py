@@ -45,8 +45,10 @@ def data_source_complete(cfg: Config) -> Iterator[Problem]:
             "data.format",
             f"data.format={d.format} is not one the {d.dataset_type} pipeline reads "
             f"({', '.join(FORMATS[d.dataset_type])})",
-            f"data.format={FORMATS[d.dataset_type][0]}"
-            + (" or data=grain (ArrayRecord)" if d.format == "arrayrecord" else ""),
+            next(  # a format another pipeline reads (data prepare's ArrayRecord given to data=hf): that pipeline
+                (f"data={kind} (it reads {d.format})" for kind, formats in FORMATS.items() if d.format in formats),
+                f"data.format={FORMATS[d.dataset_type][0]}",
+            ),
         )
     if not d.tokenizer:
         yield Problem(
@@ -98,7 +100,7 @@ def segments_with_te_attention(cfg: Config) -> Iterator[Problem]:
             f"attention=cudnn_flash_te on synthetic data with data.max_segments_per_seq={d.max_segments_per_seq}: "
             "MaxText then splits each synthetic row into up to that many segments and hands TE a dense segment "
             "mask, which TE reduces to the first segment's length; the other tokens' attention output is zero "
-            "(measured at layer level: docs/performance.md, \"Attention parity\"), a different model",
+            '(measured at layer level: docs/performance.md, "Attention parity"), a different model',
             "data.max_segments_per_seq=1 (one segment per synthetic row)",
         )
     elif cfg.maxtext_hardware == "gpu" and d.max_segments_per_seq <= 0:
@@ -106,7 +108,8 @@ def segments_with_te_attention(cfg: Config) -> Iterator[Problem]:
             "data.max_segments_per_seq",
             "attention=cudnn_flash_te with packing on one process per node: MaxText refuses it without a bound on "
             "the segments per row",
-            "data.max_segments_per_seq=1 (one segment per synthetic row)" if synthetic
+            "data.max_segments_per_seq=1 (one segment per synthetic row)"
+            if synthetic
             else "data.max_segments_per_seq=32, or data.packing=false",
         )
 

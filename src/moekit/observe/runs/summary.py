@@ -113,7 +113,7 @@ def summarize(
     if len(counted) < steady.MIN_STEADY:
         out["note"] = (
             f"too few steady steps ({len(counted)} of {len(rows)}; at least {steady.MIN_STEADY} are needed): no "
-            "steady number. Run more steps, or save checkpoints less often."
+            f"steady number. {_more_steady(set(left_out.values()))}."
         )
         return out
     rate = _rates(by_step, verdict.windows)
@@ -137,6 +137,19 @@ def _attempts(entries: Sequence[Mapping[str, Any]], with_steps: int) -> dict[str
         if b or (e.get("failure") or {}).get("class") == failures.KILLED.name
     ]
     return {"attempts": max(len(entries), with_steps), "killed_attempts": killed, "wall_lower_bound": any(bound)}
+
+
+def _more_steady(causes: set[str]) -> str:
+    """What gives a run more steady steps: more steps, and fewer of the events that left these out (only those that
+    did: a profiled run without checkpoints is not told about checkpoints)."""
+    fixes = ["Run more steps"]
+    if causes & {steady.SAVED, steady.RESTORED}:
+        fixes.append("save checkpoints less often (checkpoint.every)")
+    if steady.TRACE in causes:
+        fixes.append(
+            "leave more steps outside the profiler's window (profile.skip_steps, profile.steps), or profile=off"
+        )
+    return ", or ".join(fixes)
 
 
 def _rates(by_step: Mapping[int, dict], windows: Sequence[steady.Window]) -> dict[str, float | None]:
