@@ -1,5 +1,5 @@
 """Regenerate docs/adapting.md's family table from the family rows (src/moekit/config/kinds/families.py): one line per
-layout, its cluster and mesh and its proxy's model option and experts read from the experiments, each experiment
+layout, its cluster and mesh and its proxy's model option, layers and experts read from the experiments, each experiment
 linked to its recipe page (so a new family's pages need no line in the README's support matrix).
 
     python scripts/families_docs.py            # rewrite the table (make docs)
@@ -26,7 +26,7 @@ DOC = REPO / "docs" / "adapting.md"
 BEGIN, END = "<!-- BEGIN families (scripts/families_docs.py) -->", "<!-- END families -->"
 HEAD = (
     "| family (`model.decoder_block`) | model options | routing (MaxText keys in `model.routing`) "
-    "| cluster experiment: layout | proxy (one H200): its model option | tiny |\n|---|---|---|---|---|---|"
+    "| cluster experiment: layout | proxy (one H200): its model option, layers and experts | tiny |\n|---|---|---|---|---|---|"
 )
 AXES = (("data", "DP"), ("fsdp", "FSDP"), ("tensor", "TP"), ("expert", "EP"))
 
@@ -55,11 +55,11 @@ def recipe(experiment: str) -> str:
 
 def line(f: Family, layout: Layout) -> str:
     """The table's line for one layout of a family."""
-    experts = compose([f"experiment={layout.proxy}"]).model.num_experts
+    proxy = compose([f"experiment={layout.proxy}"]).model
     return (
         f"| {layout.model} (`{f.decoder_block}`) | {', '.join(layout.options)} | {layout.routing} "
         f"| {recipe(layout.experiment)}: {cluster(layout.experiment)} "
-        f"| {recipe(layout.proxy)}: {model_option(layout.proxy)}, {experts} experts | {layout.tiny} |"
+        f"| {recipe(layout.proxy)}: {model_option(layout.proxy)}, {proxy.num_layers} layers, {proxy.num_experts} experts | {layout.tiny} |"
     )
 
 

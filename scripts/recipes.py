@@ -24,6 +24,7 @@ import yaml
 from moekit.base import failures
 from moekit.config.checks import warnings
 from moekit.config.compose import config_dir, group_options
+from moekit.config.kinds.families import FAMILIES
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.render.jobset import DIGEST_HOWTO
@@ -369,16 +370,21 @@ def page(name: str) -> str:
 
 
 def index(names: list[str]) -> str:
-    """docs/recipes/README.md: one line per recipe."""
+    """docs/recipes/README.md: one line per recipe that is no model family's layout or proxy; those are the lines
+    of docs/adapting.md's family table, so a new family leaves this page as it is."""
     lines = [
         "# Recipes",
         "",
         GENERATED.format("*"),
         "",
+        "Each model family's cluster layout and its one-GPU proxy: the family table of",
+        "[docs/adapting.md](../adapting.md#1-choose-a-family) links their pages. The other experiments:",
+        "",
         "| experiment | hardware | GPUs | nodes |",
         "|---|---|---|---|",
     ]
-    for name in names:
+    of_a_family = {e for f in FAMILIES.values() for lay in f.layouts for e in (lay.experiment, lay.proxy)}
+    for name in (n for n in names if n not in of_a_family):
         cfg = load([f"experiment={name}"], warn=False)
         gpus = cfg.num_devices if cfg.hardware.platform == "gpu" else 0
         lines.append(f"| [{name}]({name}.md) | {cfg.hardware.name} | {gpus} | {cfg.cluster.nodes} |")
