@@ -26,7 +26,8 @@ DOC = REPO / "docs" / "adapting.md"
 BEGIN, END = "<!-- BEGIN families (scripts/families_docs.py) -->", "<!-- END families -->"
 HEAD = (
     "| family (`model.decoder_block`) | model options | routing (MaxText keys in `model.routing`) "
-    "| cluster experiment: layout | proxy (one H200): its model option, layers and experts | tiny |\n|---|---|---|---|---|---|"
+    "| cluster experiment: layout | proxy (one H200): its model option, layers and experts | tiny |\n"
+    "|---|---|---|---|---|---|"
 )
 AXES = (("data", "DP"), ("fsdp", "FSDP"), ("tensor", "TP"), ("expert", "EP"))
 
@@ -49,7 +50,8 @@ def model_option(experiment: str) -> str:
 
 
 def recipe(experiment: str) -> str:
-    """A link to the experiment's recipe page (docs/recipes/, scripts/recipes.py)."""
+    """A link to the experiment's recipe page (docs/recipes/, scripts/recipes.py; a proxy's is a section of its
+    layout's page, `#one-gpu-proxy`)."""
     return f"[{experiment}](recipes/{experiment}.md)"
 
 
@@ -59,7 +61,8 @@ def line(f: Family, layout: Layout) -> str:
     return (
         f"| {layout.model} (`{f.decoder_block}`) | {', '.join(layout.options)} | {layout.routing} "
         f"| {recipe(layout.experiment)}: {cluster(layout.experiment)} "
-        f"| {recipe(layout.proxy)}: {model_option(layout.proxy)}, {proxy.num_layers} layers, {proxy.num_experts} experts | {layout.tiny} |"
+        f"| [{layout.proxy}](recipes/{layout.experiment}.md#one-gpu-proxy): {model_option(layout.proxy)}, "
+        f"{proxy.num_layers} layers, {proxy.num_experts} experts | {layout.tiny} |"
     )
 
 
