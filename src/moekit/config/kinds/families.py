@@ -6,9 +6,9 @@ family checks (config/checks/family.py), by the schema (its DecoderBlock choice)
 (checkpoint/model/: HF_FAMILIES, the MaxText mapping of each model_type; tests/reference/: the tiny parity references).
 Adding a family (docs/extending.md): its published sizes' conf/model options, its row here (its tiny size included:
 config/compose.py stores it as a conf/model option), its layout and proxy experiments (the proxy sets its few layers
-and experts itself) and its reader in checkpoint/model/architecture.py (_HF_READERS); tests/test_families.py ties them. docs/adapting.md's
-family table (scripts/families_docs.py) and the tests' lists of full-size models, published parameter counts and
-parity references are read from the rows.
+and experts itself) and its reader in checkpoint/model/architecture.py (_HF_READERS); tests/test_families.py ties
+them. docs/adapting.md's family table (scripts/families_docs.py) and the tests' lists of full-size models, published
+parameter counts and parity references are read from the rows.
 """
 
 from __future__ import annotations
