@@ -1,5 +1,5 @@
 """Regenerate docs/adapting.md's family table from the family rows (src/moekit/config/kinds/families.py): one line per
-layout, its cluster and mesh and its proxy's model option and experts read from the experiments, each experiment
+layout, its cluster and mesh and its proxy's model option, layers and experts read from the experiments, each experiment
 linked to its recipe page (so a new family's pages need no line in the README's support matrix).
 
     python scripts/families_docs.py            # rewrite the table (make docs)
@@ -26,7 +26,8 @@ DOC = REPO / "docs" / "adapting.md"
 BEGIN, END = "<!-- BEGIN families (scripts/families_docs.py) -->", "<!-- END families -->"
 HEAD = (
     "| family (`model.decoder_block`) | model options | routing (MaxText keys in `model.routing`) "
-    "| cluster experiment: layout | proxy (one H200): its model option | tiny |\n|---|---|---|---|---|---|"
+    "| cluster experiment: layout | proxy (one H200): its model option, layers and experts | tiny |\n"
+    "|---|---|---|---|---|---|"
 )
 AXES = (("data", "DP"), ("fsdp", "FSDP"), ("tensor", "TP"), ("expert", "EP"))
 
@@ -49,17 +50,19 @@ def model_option(experiment: str) -> str:
 
 
 def recipe(experiment: str) -> str:
-    """A link to the experiment's recipe page (docs/recipes/, scripts/recipes.py)."""
+    """A link to the experiment's recipe page (docs/recipes/, scripts/recipes.py; a proxy's is a section of its
+    layout's page, `#one-gpu-proxy`)."""
     return f"[{experiment}](recipes/{experiment}.md)"
 
 
 def line(f: Family, layout: Layout) -> str:
     """The table's line for one layout of a family."""
-    experts = compose([f"experiment={layout.proxy}"]).model.num_experts
+    proxy = compose([f"experiment={layout.proxy}"]).model
     return (
         f"| {layout.model} (`{f.decoder_block}`) | {', '.join(layout.options)} | {layout.routing} "
         f"| {recipe(layout.experiment)}: {cluster(layout.experiment)} "
-        f"| {recipe(layout.proxy)}: {model_option(layout.proxy)}, {experts} experts | {layout.tiny} |"
+        f"| [{layout.proxy}](recipes/{layout.experiment}.md#one-gpu-proxy): {model_option(layout.proxy)}, "
+        f"{proxy.num_layers} layers, {proxy.num_experts} experts | {layout.tiny} |"
     )
 
 

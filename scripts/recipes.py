@@ -24,6 +24,7 @@ import yaml
 from moekit.base import failures
 from moekit.config.checks import warnings
 from moekit.config.compose import config_dir, group_options
+from moekit.config.kinds.families import FAMILIES
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.render.jobset import DIGEST_HOWTO
@@ -383,26 +384,52 @@ def page(name: str) -> str:
 
 
 def index(names: list[str]) -> str:
-    """docs/recipes/README.md: one line per recipe."""
+    """docs/recipes/README.md: one line per recipe that is no model family's layout or proxy; those are the lines
+    of docs/adapting.md's family table, so a new family leaves this page as it is."""
     lines = [
         "# Recipes",
         "",
         GENERATED.format("*"),
         "",
+        "Each model family's cluster layout (its page ends with its one-GPU proxy): the family table of",
+        "[docs/adapting.md](../adapting.md#1-choose-a-family) links their pages. The other experiments:",
+        "",
         "| experiment | hardware | GPUs | nodes |",
         "|---|---|---|---|",
     ]
-    for name in names:
+    of_a_family = {e for f in FAMILIES.values() for lay in f.layouts for e in (lay.experiment, lay.proxy)}
+    for name in (n for n in names if n not in of_a_family):
         cfg = load([f"experiment={name}"], warn=False)
         gpus = cfg.num_devices if cfg.hardware.platform == "gpu" else 0
         lines.append(f"| [{name}]({name}.md) | {cfg.hardware.name} | {gpus} | {cfg.cluster.nodes} |")
     return "\n".join(lines) + "\n"
 
 
+PROXY_SECTION = "## One-GPU proxy"
+
+
+def proxies() -> dict[str, str]:
+    """A family layout's one-GPU proxy -> the layout: its recipe is a section of the layout's page (one page fewer
+    per family); the section's anchor is `#one-gpu-proxy`."""
+    return {lay.proxy: lay.experiment for f in FAMILIES.values() for lay in f.layouts}
+
+
+def proxy_section(name: str) -> str:
+    """The proxy's recipe as the last section of its layout's page: its page, a heading level down, untitled."""
+    body = page(name).split("## What it reproduces\n\n", 1)[1]  # past the title and the generated-by line
+    return "\n".join([PROXY_SECTION, "", f"`experiment={name}`: {body}".replace("\n## ", "\n### ")])
+
+
 def pages() -> dict[str, str]:
     """File name -> text of every page docs/recipes/ must hold."""
     names = experiments()
-    return {f"{n}.md": page(n) for n in names} | {"README.md": index(names)}
+    layouts = {layout: proxy for proxy, layout in proxies().items()}
+    out = {
+        f"{n}.md": page(n) + (f"\n{proxy_section(layouts[n])}" if n in layouts else "")
+        for n in names
+        if n not in proxies()
+    }
+    return out | {"README.md": index(names)}
 
 
 def main(argv: list[str] | None = None) -> int:

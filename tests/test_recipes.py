@@ -35,7 +35,11 @@ def test_every_experiment_but_the_ladder_wrappers_has_a_page():
     wrappers = [e for e in every if recipes.is_ladder_wrapper(e)]
     assert wrappers and all("_ladder_" in w for w in wrappers)
     assert sorted(recipes.experiments()) == sorted(set(every) - set(wrappers))
-    assert {p.stem for p in OUT.glob("*.md")} - {"README"} == set(recipes.experiments())
+    # A family layout's proxy is the last section of the layout's page, not a page of its own.
+    assert {p.stem for p in OUT.glob("*.md")} - {"README"} == set(recipes.experiments()) - set(recipes.proxies())
+    for proxy, layout in recipes.proxies().items():
+        section = (OUT / f"{layout}.md").read_text().split(f"\n{recipes.PROXY_SECTION}\n", 1)[1]
+        assert f"experiment={proxy}" in section, layout
 
 
 def test_the_readme_support_matrix_links_every_page():
@@ -47,7 +51,9 @@ def test_the_readme_support_matrix_links_every_page():
     assert "](docs/adapting.md" in matrix
     guide = (REPO / "docs" / "adapting.md").read_text()
     families = guide.split("<!-- BEGIN families")[1].split("<!-- END families -->")[0]
-    linked = [e for e in recipes.experiments() if f"(docs/recipes/{e}.md)" in matrix or f"(recipes/{e}.md)" in families]
+    proxies = recipes.proxies()
+    link = {e: f"{proxies[e]}.md#one-gpu-proxy" if e in proxies else f"{e}.md" for e in recipes.experiments()}
+    linked = [e for e, to in link.items() if f"(docs/recipes/{to})" in matrix or f"(recipes/{to})" in families]
     assert sorted(set(recipes.experiments()) - set(linked)) == []
 
 
@@ -66,12 +72,18 @@ DIGEST = "registry.example.com/moekit@sha256:" + "0" * 64
 
 
 def test_pages_follow_the_skeleton_and_their_render_commands_render(pages):
-    for name in recipes.experiments():
+    proxies = recipes.proxies()
+    layouts = {layout: proxy for proxy, layout in proxies.items()}
+    for name in (e for e in recipes.experiments() if e not in proxies):
         text = pages[f"{name}.md"]
-        assert [h for h in re.findall(r"^## .+$", text, flags=re.M)] == SKELETON, name
+        own = SKELETON + [recipes.PROXY_SECTION] * (name in layouts)
+        assert [h for h in re.findall(r"^## .+$", text, flags=re.M)] == own, name
+        if name in layouts:  # the proxy's section: the skeleton a level down, its description first
+            section = text.split(f"\n{recipes.PROXY_SECTION}\n", 1)[1]
+            assert re.findall(r"^### .+$", section, flags=re.M) == ["#" + h for h in SKELETON[1:]], name
         assert "forecast" in text or "measured" in text.lower() or "published" in text or "no TFLOP/s" in text
         for line in re.findall(r"^moekit render .+$", text, flags=re.M):
             words = shlex.split(line.replace("$IMAGE", DIGEST))[2:]
             overrides = [w for w in words if "=" in w and not w.startswith("-")]
             body, cfg, _ = render_cmd.render(overrides)
-            assert body and cfg.experiment_name == name, line
+            assert body and cfg.experiment_name in (name, layouts.get(name)), line

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from moekit.base import bounded
 from moekit.base.errors import ConfigError
 from moekit.config import formats, interpolation
+from moekit.config.kinds.families import FAMILIES, Tiny
 from moekit.config.schema import Config, defaults
 
 # Free-form mappings: a key under them may be new, so `a.b.KEY=V` is passed to Hydra as `++a.b.KEY=V`.
@@ -73,7 +74,10 @@ def hydra_at(conf: Path) -> Iterator[None]:
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
-    ConfigStore.instance().store(name=DEFAULTS_NODE, node=defaults())
+    store = ConfigStore.instance()
+    store.store(name=DEFAULTS_NODE, node=defaults())
+    for name, tiny in stored_models().items():
+        store.store(group="model", name=name, node={"defaults": [tiny.of, "_self_"], **tiny.keys})
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -93,10 +97,17 @@ def config_dir() -> Path:
     return (Path.cwd() / "conf").resolve()
 
 
+def stored_models() -> dict[str, Tiny]:
+    """The conf/model options no file holds: each family's tiny size, kept in its row (config/kinds/families.py)."""
+    return {f.tiny: f.tiny_size for f in FAMILIES.values()}
+
+
 def group_options(group: str, conf: Path | None = None) -> list[str]:
-    """The options of a config group: the names of its YAML files in conf/<group>/, sorted."""
+    """The options of a config group: the names of its YAML files in conf/<group>/ and, for `model`, the families'
+    tiny sizes (stored_models), sorted."""
     folder = (conf or config_dir()) / group
-    return sorted(p.stem for p in folder.glob("*.yaml"))
+    stored = stored_models() if group == "model" else {}
+    return sorted({p.stem for p in folder.glob("*.yaml")} | stored.keys())
 
 
 def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> DictConfig:

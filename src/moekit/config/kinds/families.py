@@ -4,10 +4,11 @@ Each fact names the MaxText code it was read from (maxtext/configs/types.py vali
 routing, maxtext/layers/nnx_decoders.py layer construction, maxtext/models/<family>.py). Pure data, read by the
 family checks (config/checks/family.py), by the schema (its DecoderBlock choice) and by the Hugging Face side
 (checkpoint/model/: HF_FAMILIES, the MaxText mapping of each model_type; tests/reference/: the tiny parity references).
-Adding a family (docs/extending.md): its conf/model options, its row here, its layout and proxy experiments and its
-reader in checkpoint/model/architecture.py (_HF_READERS); tests/test_families.py ties them. docs/adapting.md's
-family table (scripts/families_docs.py) and the tests' lists of full-size models, published parameter counts and
-parity references are read from the rows.
+Adding a family (docs/extending.md): its published sizes' conf/model options, its row here (its tiny size included:
+config/compose.py stores it as a conf/model option), its layout and proxy experiments (the proxy sets its few layers
+and experts itself) and its reader in checkpoint/model/architecture.py (_HF_READERS); tests/test_families.py ties
+them. docs/adapting.md's family table (scripts/families_docs.py) and the tests' lists of full-size models, published
+parameter counts and parity references are read from the rows.
 """
 
 from __future__ import annotations
@@ -53,6 +54,19 @@ class HfModel:
     layers, small widths, few experts; routing, rope and norms as the published full-size ones."""
     option: str = ""
     """The full-size conf/model option the tiny reference is imported as (its MaxText model name)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tiny:
+    """The family's CPU-test size, a conf/model option of its own that no file holds: config/compose.py stores it in
+    Hydra's ConfigStore as `model=<Family.tiny>` (a full-size option cut to few layers, experts and small widths)."""
+
+    of: str
+    """The full-size conf/model option it cuts: its routing, norms and attention pattern carry over."""
+    keys: Mapping[str, Any]
+    """The model keys it sets on that option (num_layers, num_experts, extra's widths)."""
+    says: str
+    """What it is, in words (the comment a file of it would open with)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -131,11 +145,14 @@ class Family:
     """The decoder reads temperature_tuning: attention temperature scaled with position (llama4.py)."""
     tiny: str
     """Its conf/model option small enough to train on CPU (tests/test_families.py trains each)."""
+    tiny_size: Tiny
+    """That option's keys: the row holds them, no conf/model file."""
     layouts: tuple[Layout, ...]
     """Its layouts of full-size models on a cluster, each with its one-GPU proxy (docs/adapting.md's table)."""
-    reduced: tuple[str, ...]
-    """Its other conf/model options that are no published model: the one-GPU proxies (full layer widths, few layers
-    and experts: the *_proxy_h200 experiments) and any further tiny one (deepseek3_tiny, the smoke model's)."""
+    reduced: tuple[str, ...] = ()
+    """Its other conf/model options that are no published model: deepseek3_proxy (kept as an option: recorded tuning
+    results name it) and a further tiny one (deepseek3_tiny, the smoke model's). A proxy experiment sets its few
+    layers and experts itself on a full-size option, so a new family has none."""
     full_size: tuple[Published, ...]
     """Its conf/model options of published models; with tiny and reduced, every option of the family."""
     hf: tuple[HfModel, ...]
@@ -263,6 +280,19 @@ FAMILIES: dict[str, Family] = {
             group_routing=True,
             selection_bias=True,
             tiny="deepseek2_tiny",
+            tiny_size=Tiny(
+                of="deepseek2_16b",
+                says=(
+                    "Tiny DeepSeek-V2-Lite (1 dense + 2 MoE layers, 8 experts top-2, 2 shared, MLA, softmax routing): "
+                    "CPU test size."
+                ),
+                keys={"num_layers": 3, "num_experts": 8, "experts_per_token": 2,
+                      "extra": {
+                          "base_emb_dim": 64, "base_mlp_dim": 64, "base_moe_mlp_dim": 64, "base_num_query_heads": 4,
+                          "base_num_kv_heads": 4, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+                          "v_head_dim": 16, "vocab_size": 1024,
+                      }},
+            ),
             layouts=(
                 Layout(experiment="dsv3_baseline", proxy="dsv3_proxy_h200", model="DeepSeek-V3",
                        options=("deepseek3_671b",), routing="sigmoid, selection bias, top-8 x 2.5, 1 shared",
@@ -271,7 +301,7 @@ FAMILIES: dict[str, Family] = {
                        options=("deepseek2_16b",), routing="softmax over all experts, top-6 unnormalized, 2 shared",
                        tiny="deepseek2_tiny"),
             ),
-            reduced=("deepseek3_tiny", "deepseek3_proxy", "deepseek2_proxy"),
+            reduced=("deepseek3_tiny", "deepseek3_proxy"),
             full_size=(
                 Published(option="deepseek3_671b", total_params=671e9, source="DeepSeek-V3 technical report "
                           "(arXiv 2412.19437): 671B total, 37B active"),
@@ -293,12 +323,20 @@ FAMILIES: dict[str, Family] = {
             "(Qwen3's routing)",
             qk_norm_always=True,
             tiny="qwen3_moe_tiny",
+            tiny_size=Tiny(
+                of="qwen3_30b_a3b",
+                says="Tiny Qwen3-MoE (2 layers, 8 experts top-2, Qwen3 routing and QK-norm): CPU test size.",
+                keys={"num_layers": 2, "num_experts": 8, "experts_per_token": 2,
+                      "extra": {
+                          "base_emb_dim": 64, "base_mlp_dim": 64, "base_moe_mlp_dim": 64, "base_num_query_heads": 4,
+                          "base_num_kv_heads": 2, "head_dim": 16, "vocab_size": 1024,
+                      }},
+            ),
             layouts=(
                 Layout(experiment="qwen3_235b_64gpu", proxy="qwen3_235b_proxy_h200", model="Qwen3-MoE",
                        options=("qwen3_30b_a3b", "qwen3_235b_a22b"),
                        routing="softmax of the top-8 logits, `norm_topk_prob`", tiny="qwen3_moe_tiny"),
             ),
-            reduced=("qwen3_moe_proxy",),
             full_size=(
                 Published(option="qwen3_30b_a3b", total_params=30.5e9, source="Qwen3-30B-A3B model card: 30.5B total"),
                 Published(option="qwen3_235b_a22b", total_params=235e9, source="Qwen3 technical report: 235B total, "
@@ -314,12 +352,20 @@ FAMILIES: dict[str, Family] = {
             models="mixtral-8x7b, mixtral-8x22b",
             reads=COMMON | {"norm_topk_prob"},
             tiny="mixtral_tiny",
+            tiny_size=Tiny(
+                of="mixtral_8x7b",
+                says="Tiny Mixtral (2 layers, 4 experts top-2, Mixtral routing): CPU test size.",
+                keys={"num_layers": 2, "num_experts": 4,
+                      "extra": {
+                          "base_emb_dim": 64, "base_mlp_dim": 64, "base_moe_mlp_dim": 64, "base_num_query_heads": 4,
+                          "base_num_kv_heads": 2, "head_dim": 16, "vocab_size": 1024,
+                      }},
+            ),
             layouts=(
                 Layout(experiment="mixtral_8x22b_32gpu", proxy="mixtral_8x22b_proxy_h200", model="Mixtral",
                        options=("mixtral_8x7b", "mixtral_8x22b"), routing="softmax of the top-2 logits",
                        tiny="mixtral_tiny"),
             ),
-            reduced=("mixtral_proxy",),
             full_size=(
                 Published(option="mixtral_8x7b", total_params=46.7e9, source="Mixtral of Experts (arXiv 2401.04088): "
                           "47B total"),
@@ -346,12 +392,23 @@ FAMILIES: dict[str, Family] = {
             activation_limit=True,
             sliding_every_other_layer=True,
             tiny="gpt_oss_tiny",
+            tiny_size=Tiny(
+                of="gpt_oss_20b",
+                says=(
+                    "Tiny gpt-oss (2 layers: one sliding-window, one full attention with sinks; 8 experts top-2): CPU "
+                    "test size."
+                ),
+                keys={"num_layers": 2, "num_experts": 8, "experts_per_token": 2,
+                      "extra": {
+                          "base_emb_dim": 64, "base_mlp_dim": 64, "base_moe_mlp_dim": 64, "base_num_query_heads": 4,
+                          "base_num_kv_heads": 2, "head_dim": 16, "sliding_window_size": 32, "vocab_size": 1024,
+                      }},
+            ),
             layouts=(
                 Layout(experiment="gpt_oss_120b_16gpu", proxy="gpt_oss_120b_proxy_h200", model="gpt-oss",
                        options=("gpt_oss_20b", "gpt_oss_120b"),
                        routing="softmax of the top-4 logits, router bias; attention sinks", tiny="gpt_oss_tiny"),
             ),
-            reduced=("gpt_oss_proxy",),
             full_size=(
                 Published(option="gpt_oss_20b", total_params=21e9, source="OpenAI gpt-oss model card: 21B total"),
                 Published(option="gpt_oss_120b", total_params=117e9, source="OpenAI gpt-oss model card: 117B total, "
@@ -378,13 +435,24 @@ FAMILIES: dict[str, Family] = {
             nope_layers=True,
             temperature_tuning=True,
             tiny="llama4_tiny",
+            tiny_size=Tiny(
+                of="llama4_maverick",
+                says=(
+                    "Tiny Llama 4 (one 4-layer cycle: dense/MoE alternating, 4 experts top-1 + 1 shared): CPU test "
+                    "size."
+                ),
+                keys={"num_layers": 4, "num_experts": 4,
+                      "extra": {
+                          "base_emb_dim": 64, "base_mlp_dim": 64, "base_moe_mlp_dim": 64, "base_num_query_heads": 4,
+                          "base_num_kv_heads": 2, "head_dim": 16, "vocab_size": 1024,
+                      }},
+            ),
             layouts=(
                 Layout(experiment="llama4_maverick_64gpu", proxy="llama4_maverick_proxy_h200", model="Llama 4",
                        options=("llama4_scout", "llama4_maverick"),
                        routing="top-1 logit through a sigmoid, 1 shared; Maverick: every 2nd layer MoE",
                        tiny="llama4_tiny"),
             ),
-            reduced=("llama4_proxy",),
             full_size=(
                 Published(option="llama4_scout", total_params=109e9, source="Meta Llama 4 model card: 109B total"),
                 Published(option="llama4_maverick", total_params=400e9, source="Meta Llama 4 model card: 400B total, "
