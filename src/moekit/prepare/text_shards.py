@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from moekit.base import bounded
+from moekit.base import bounded, parse
 from moekit.base.errors import MoekitError
 from moekit.base.progress import Progress
 from moekit.preflight import data as data_preflight
@@ -156,6 +156,11 @@ def read_text(path: Path) -> str:
         raise PrepareError(f"{str(exc).splitlines()[0]}; split it into files of at most 1 GiB") from None
     except OSError as exc:
         raise PrepareError(f"{path} cannot be read ({exc.strerror}); fix its permissions or leave it out") from None
+    if (kind := parse.text_kind(data)) is not None:  # its zero bytes are not a binary file's
+        raise PrepareError(
+            f"{bounded.shown(path)} is {kind}, not UTF-8; convert it (iconv -f UTF-16 -t UTF-8 FILE > FILE.txt) or "
+            "leave it out with --suffix"
+        )
     nul = data.find(b"\0")
     if nul >= 0:  # valid UTF-8, but no text holds NUL: a binary file (an image, an archive, a database)
         raise PrepareError(
@@ -278,7 +283,7 @@ def _write_parquet(path: Path, texts: Sequence[str]) -> None:
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with bounded.open_regular(path, None, "text file") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -442,8 +447,8 @@ def remove_stale(out: Path) -> list[Path]:
 
 def read_summary(out: Path) -> dict | None:
     """The corpus.json of a prepared folder, or None when there is none (or it is damaged)."""
-    with contextlib.suppress(OSError, ValueError):
-        return json.loads((out / MANIFEST).read_text(encoding="utf8"))
+    with contextlib.suppress(OSError, ValueError, bounded.TooLarge):
+        return parse.json_file(out / MANIFEST, 64 * bounded.MiB, "prepared data record", finite=False)
     return None
 
 

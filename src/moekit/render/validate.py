@@ -20,9 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from moekit.base import bounded
+from moekit.base import bounded, parse
 from moekit.base.errors import MoekitError
 
 if TYPE_CHECKING:
@@ -57,14 +55,23 @@ class ValidationSetupError(MoekitError):
 def crd_schema(crd_path: Path, version: str = "v1alpha2") -> dict[str, Any]:
     """The openAPIV3Schema of one served version of the JobSet CRD, made strict (unknown fields rejected)."""
     try:
-        docs = [d for d in yaml.safe_load_all(bounded.read_text(crd_path, CRD_MAX_BYTES, "JobSet CRD")) if d]
+        docs = parse.yaml_file(crd_path, CRD_MAX_BYTES, "JobSet CRD", finite=False, every=True)
     except bounded.TooLarge as exc:
         raise ValidationSetupError(f"{str(exc).splitlines()[0]}; {CRD_HINT}") from None
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise ValidationSetupError(f"cannot read the JobSet CRD at {crd_path}: {exc}; {CRD_HINT}") from None
+    except parse.ParseError as exc:
+        raise ValidationSetupError(f"{exc}; {CRD_HINT}") from None
+    except OSError as exc:
+        raise ValidationSetupError(
+            f"cannot read the JobSet CRD at {bounded.shown(crd_path)}: {exc.strerror}; {CRD_HINT}"
+        ) from None
     if not all(isinstance(d, dict) for d in docs):
         raise ValidationSetupError(f"{crd_path} is not a Kubernetes CRD (a YAML mapping per document); {CRD_HINT}")
-    found = schema_from_crd(docs, version)
+    try:
+        found = schema_from_crd(docs, version)
+    except (KeyError, TypeError, AttributeError) as exc:  # a CRD-shaped document missing its spec's parts
+        raise ValidationSetupError(
+            f"{bounded.shown(crd_path)} is not a JobSet CRD moekit can read (no {exc} where a CRD has one); {CRD_HINT}"
+        ) from None
     if found is None:
         raise ValidationSetupError(f"{crd_path} holds no JobSet CRD serving {version}; {CRD_HINT}")
     return found
