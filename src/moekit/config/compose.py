@@ -10,6 +10,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -177,7 +178,7 @@ def _read_tree(conf: Path) -> dict[Path, bytes]:
     for path in sorted(conf.rglob("*.yaml")):
         try:
             files[path] = data = bounded.read_bytes(path, CONFIG_MAX_BYTES, "config file")
-            parse.yaml_text(data.decode("utf8"), str(path), finite=False)
+            _body(path, data)
         except bounded.TooLarge as exc:
             raise ConfigError(f"{exc}, or move it out of the config tree {conf}") from None
         except UnicodeDecodeError as bad:
@@ -195,6 +196,19 @@ def _read_tree(conf: Path) -> dict[Path, bytes]:
         except OSError:  # unreadable: Hydra reports it as a missing option
             continue
     return files
+
+
+_BODIES: dict[tuple[Path, bytes], Any] = {}  # (file, its bytes) -> the decoded YAML: a file is decoded once a process
+
+
+def _body(path: Path, data: bytes) -> Any:
+    """The decoded YAML of a config file's bytes (parse.yaml_text: depth and alias limits); read-only to callers."""
+    key = (path, data)
+    if key not in _BODIES:
+        if len(_BODIES) > 4096:
+            _BODIES.clear()
+        _BODIES[key] = parse.yaml_text(data.decode("utf8"), str(path), finite=False)
+    return _BODIES[key]
 
 
 def _tagged(files: dict[Path, bytes]) -> str | None:
@@ -229,8 +243,8 @@ def _defaults_outside(conf: Path, files: dict[Path, bytes]) -> str | None:
     root = conf.resolve()
     for path, data in files.items():
         try:
-            body = parse.yaml_text(data.decode("utf8"), str(path), finite=False)
-        except parse.ParseError:  # compose reports it with its file and line
+            body = _body(path, data)
+        except (parse.ParseError, UnicodeDecodeError):  # compose reports it with its file and line
             continue
         entries = body.get("defaults") if isinstance(body, dict) else None
         for entry in entries if isinstance(entries, list) else []:

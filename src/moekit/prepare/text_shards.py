@@ -18,7 +18,6 @@ import os
 import re
 import shutil
 import socket
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from moekit.base import bounded, parse
 from moekit.base.errors import MoekitError
 from moekit.base.progress import Progress
 from moekit.preflight import data as data_preflight
+from moekit.rundir import claims
 
 FORMATS = ("arrayrecord", "parquet")
 MANIFEST = "corpus.json"
@@ -374,10 +374,11 @@ def prepare(
     )
     remove_stale(out)
     tmp = out.with_name(f"{_tmp_prefix(out)}{socket.gethostname()}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    claims.remove_if_stale(tmp)  # this pid's own leftover only when it is moekit's (never a user's folder)
+    held = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
+        held = claims.claim(tmp)  # claimed while written: no other moekit removes it
         write = _write_arrayrecord if options.format == "arrayrecord" else _write_parquet
         combined = hashlib.sha256()
         for s in range(shards):
@@ -396,9 +397,10 @@ def prepare(
             )
         summary.sha256 = combined.hexdigest()
         (tmp / MANIFEST).write_text(json.dumps(summary.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf8")
+        held.release()
         os.rename(tmp, out)  # atomic: the folder is whole or absent (a rival writer of the same folder: one wins)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _drop(tmp, held)
         if out.exists():  # another writer renamed its copy into place first
             raise PrepareError(f"{out} already exists (written by another process meanwhile)") from None
         raise PrepareError(
@@ -406,42 +408,31 @@ def prepare(
             "(for data=stdlib: MOEKIT_CACHE_DIR=<a writable folder>)"
         ) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _drop(tmp, held)
         raise
     return summary
 
 
-STALE_S = 24 * 3600  # a temporary folder of another host (or an older moekit) this old is left by a killed writer
+def _drop(tmp: Path, held: claims.Claim | None) -> None:
+    """Remove the temporary folder this process made (never one it did not: `held` is None then)."""
+    if held is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        held.release()
 
 
 def _tmp_prefix(out: Path) -> str:
     return f".{out.name}.tmp-"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: it exists, another user's
-        return True
-    return True
-
-
 def remove_stale(out: Path) -> list[Path]:
     """Remove the temporary folders that killed preparations of `out` left beside it (a SIGKILL runs no clean-up):
-    this host's whose process is gone, and any a day old. Returns those removed."""
+    only moekit's (its claim file inside: rundir/claims.py) whose writer is provably gone; a folder without the
+    claim (a user's `.out.tmp-backup/`) is never removed, however old. Returns those removed."""
     removed = []
-    host = socket.gethostname()
     with contextlib.suppress(OSError):
         for tmp in out.parent.glob(f"{_tmp_prefix(out)}*"):
-            tag = tmp.name.removeprefix(_tmp_prefix(out))
-            who, _, pid = tag.rpartition("-")
-            mine_dead = who == host and pid.isdigit() and not _alive(int(pid))
-            with contextlib.suppress(OSError):
-                if mine_dead or time.time() - tmp.stat().st_mtime > STALE_S:
-                    shutil.rmtree(tmp)
-                    removed.append(tmp)
+            if claims.remove_if_stale(tmp):
+                removed.append(tmp)
     return removed
 
 

@@ -256,6 +256,7 @@ def _before_launch(ctx: _Run, previous: records.Manifest | None, now: datetime) 
     for name in (rundir.METRICS, rundir.LOG, events.FILE, watchdog.STACKS, events.STOP_FILE):  # before anything is
         for pid in pids:  # written: a link planted where a log or record goes would carry it out of the run dir
             rundir.confined(run, run / jobmod.per_process(name, pid))
+    rundir.maxtext_outputs(ctx.root, cfg.run_name)  # <run.name>/checkpoints, tensorboard, profile: no link out
     job = jobmod.build(cfg, str(ctx.root), str(run / rundir.METRICS))  # one checkpoint set for all launchers
     shown = view.describe(cfg, view.redacted_job(job, names), ctx.procs)
     inherited = {k: v for k, v in sorted(ctx.environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}

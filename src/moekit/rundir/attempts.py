@@ -129,7 +129,7 @@ def set_aside(run: Path) -> int:
 
 def latest_checkpoint(run: Path, run_name: str) -> int | None:
     """Step of the newest committed Orbax checkpoint (unfinished saves have non-numeric names)."""
-    folder = run / run_name / "checkpoints"
+    folder = rundir.confined(run, Path(run_name) / "checkpoints")  # a link there would resume from elsewhere
     steps = [int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()] if folder.is_dir() else []
     return max(steps, default=None)
 
