@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 
-from moekit.base import cache
+from moekit.base import cache, parse
 from moekit.base.errors import MoekitError
 
 # Reads a JSON list of argument lists on stdin; prints one MOEKIT-RESULT line per list.
@@ -114,7 +114,7 @@ def rejections(
     except subprocess.TimeoutExpired:
         raise ValidatorUnavailable(f"MaxText's validator did not answer within {timeout_s:.0f} s") from None
     results = [
-        json.loads(line.removeprefix("MOEKIT-RESULT "))
+        parse.json_line(line.removeprefix("MOEKIT-RESULT "), "MaxText's validator", finite=False)
         for line in proc.stdout.splitlines()
         if line.startswith("MOEKIT-RESULT ")
     ]

@@ -13,7 +13,6 @@ Three layers, each returning readable problems (empty list = valid):
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterator
 from importlib import resources
@@ -92,7 +91,9 @@ def schema_from_crd(docs: list[dict[str, Any]], version: str = "v1alpha2") -> di
 @functools.cache
 def packaged_schema() -> dict[str, Any]:
     """The strict v1alpha2 schema moekit ships, generated from a released JobSet CRD (its source is recorded)."""
-    return json.loads(resources.files("moekit").joinpath(PACKAGED_SCHEMA).read_text(encoding="utf8"))
+    return parse.json_text(
+        resources.files("moekit").joinpath(PACKAGED_SCHEMA).read_text(encoding="utf8"), PACKAGED_SCHEMA
+    )
 
 
 def schema_source(schema: dict[str, Any]) -> str:
@@ -150,8 +151,8 @@ def _kubernetes_schema(version: str) -> tuple[dict[str, Any], Any]:
 
     root = importlib_resources.files("kubernetes_validate") / "kubernetes-json-schema" / f"v{version}.0-local-strict"
     try:
-        schema = json.loads((root / "jobtemplatespec-batch-v1.json").read_text())
-        defs = json.loads((root / "_definitions.json").read_text())
+        schema = parse.json_text((root / "jobtemplatespec-batch-v1.json").read_text(), "jobtemplatespec-batch-v1.json")
+        defs = parse.json_text((root / "_definitions.json").read_text(), "_definitions.json")
     except FileNotFoundError:
         raise ValidationSetupError(
             f"kubernetes-validate has no schemas for Kubernetes {version}; choose another --kubernetes version"

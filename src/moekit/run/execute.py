@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.base import console, failures, ports, redact
+from moekit.base import bounded, console, failures, ports, redact
+from moekit.base.errors import MoekitError
 from moekit.base.versions import versions
 from moekit.config.schema import Cluster, Config
 from moekit.observe.profiles import profile
@@ -577,8 +578,8 @@ def _log_lines(log: Path, outcome: launch.Outcome, rank: int) -> Iterator[Iterab
     unlogged = outcome.unlogged[rank] if outcome.unlogged else []
     error = [f"moekit: {outcome.log_errors[rank]}"] if outcome.log_errors and outcome.log_errors[rank] else []
     try:
-        fh = open(log, encoding="utf8", errors="replace")
-    except OSError:
+        fh = bounded.open_text(log, None, "log", errors="replace")  # streamed; a pipe planted there is refused
+    except (OSError, MoekitError):
         fh = None
     try:
         yield itertools.chain(fh or (), unlogged, error)

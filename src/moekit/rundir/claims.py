@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from moekit.base import bounded
+from moekit.base import bounded, parse
 from moekit.base.errors import MoekitError
 
 MARKER = "moekit-partial"  # the claim file every folder of this kind holds while moekit writes it
@@ -74,7 +74,7 @@ def state(folder: Path) -> State:
 
 def _owner(raw: bytes) -> str:
     try:
-        who = json.loads(raw)
+        who = parse.json_text(raw, "claim file")
         return f"process {int(who['pid'])} on {str(who['host'])[:200]}"
     except (ValueError, KeyError, TypeError, OverflowError):
         return "an unknown process"
@@ -86,7 +86,7 @@ def _judge(raw: bytes) -> State:
     if not raw.strip():
         return State("stale")
     try:
-        who = json.loads(raw)
+        who = parse.json_text(raw, "claim file")
         pid, host = int(who["pid"]), str(who["host"])
     except (ValueError, KeyError, TypeError, OverflowError):
         return State("stale")
