@@ -107,20 +107,26 @@ def yaml_text(text: str, name: str, finite: bool = True, every: bool = False) ->
         mark = getattr(exc, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""
         problem = str(getattr(exc, "problem", None) or exc).strip().replace("\n", " ")
+        if "nesting depth" in problem:  # libyaml's own limit, reached before the event walk counts it
+            raise _fail(name, f"nested deeper than {MAX_DEPTH} levels; no file moekit reads is", TooComplex) from None
         raise _fail(name, f"not valid YAML{at}: {problem}") from None
     except RecursionError:
         raise _fail(name, f"nested deeper than {MAX_DEPTH} levels; no file moekit reads is", TooComplex) from None
     return _finite(data, name) if finite else data
 
 
+class _NonFinite(ValueError):
+    pass
+
+
 def _no_constant(word: str) -> float:
-    raise ValueError(f"{word} is not a number JSON allows")
+    raise _NonFinite(f"{word} is not a finite number (JSON has no NaN or Infinity)")
 
 
 def _float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise ValueError(f"{text[:40]} is not a finite number")
+        raise _NonFinite(f"{text[:40]} is not a finite number (too large for a float)")
     return value
 
 
@@ -134,6 +140,8 @@ def json_text(text: str | bytes, name: str, finite: bool = True) -> Any:
             data = json.loads(text)
     except RecursionError:
         raise _fail(name, f"nested deeper than {MAX_DEPTH} levels; no file moekit reads is", TooComplex) from None
+    except _NonFinite as exc:
+        raise _fail(name, f"{exc}; a number there must be finite") from None
     except ValueError as exc:  # JSONDecodeError, a non-finite number, an integer of thousands of digits
         raise _fail(name, f"not valid JSON: {str(exc).splitlines()[0][:200]}") from None
     _depth(data, name)

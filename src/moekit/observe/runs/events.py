@@ -116,7 +116,7 @@ def lines(path: Path) -> list[bytes]:
     try:
         with bounded.lines(path, MAX_BYTES, "run's events file") as found:
             return list(found)
-    except OSError:  # TooLarge is one
+    except (OSError, bounded.TooLarge):
         return []
 
 
