@@ -23,7 +23,7 @@ def fabric_record(path: Path | None) -> dict[str, Any] | None:
         return None
     fix = "  fix: give the fabric.json of a run directory (moekit fabric / train write it)"
     try:
-        record = parse.json_file(path, FABRIC_MAX_BYTES, "fabric.json")  # one open: a pipe is refused, not waited on
+        record = parse.json_file(path, FABRIC_MAX_BYTES, "fabric.json", finite=False)  # numbers: checked by field
     except bounded.TooLarge as exc:
         raise ConfigError(f"--fabric {str(exc).splitlines()[0]}\n{fix}") from None
     except parse.ParseError as exc:
