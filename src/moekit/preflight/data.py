@@ -140,6 +140,19 @@ def _local_files(d: Data, host: str) -> tuple[list[str], list[Problem]]:
                 )
             )
         files += matched
+    special = [f for f in files if not (os.path.isfile(f) or os.path.isdir(f))]  # a pipe, device, socket
+    if special:
+        shown = ", ".join(bounded.shown(f) for f in special[:3]) + (
+            f" and {len(special) - 3} more" if len(special) > 3 else ""
+        )
+        out.append(
+            Problem(
+                "data.files",
+                f"{len(special)} of the {len(files)} path(s) matching data.files are not regular files: {shown}",
+                "point data.files at files (a pipe, device or socket is never read as data)",
+            )
+        )
+        files = [f for f in files if f not in special]
     empty = [f for f in files if _size(f) == 0]
     if empty:
         shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")

@@ -101,7 +101,7 @@ class Summary:
         return (
             f"prepared {self.files:,} files ({self.bytes / 1e6:.1f} MB) -> {self.documents:,} documents, "
             f"{self.tokens:,} tokens ({self.tokenizer}, {self.vocab:,}-token vocabulary) in {len(self.shards)} "
-            f"{self.format} shards{took}\n  at {out} (sha256 {self.sha256[:16]})\n"
+            f"{self.format} shards{took}\n  at {bounded.shown(out)} (sha256 {self.sha256[:16]})\n"
             f"  train on it: moekit train experiment=smoke {data} data.files='{self.glob(out)}'{fit}"
         )
 
@@ -155,7 +155,8 @@ def read_text(path: Path) -> str:
     except bounded.TooLarge as exc:
         raise PrepareError(f"{str(exc).splitlines()[0]}; split it into files of at most 1 GiB") from None
     except OSError as exc:
-        raise PrepareError(f"{path} cannot be read ({exc.strerror}); fix its permissions or leave it out") from None
+        shown = bounded.shown(path)
+        raise PrepareError(f"{shown} cannot be read ({exc.strerror}); fix its permissions or leave it out") from None
     if (kind := parse.text_kind(data)) is not None:  # its zero bytes are not a binary file's
         raise PrepareError(
             f"{bounded.shown(path)} is {kind}, not UTF-8; convert it (iconv -f UTF-16 -t UTF-8 FILE > FILE.txt) or "
@@ -164,7 +165,8 @@ def read_text(path: Path) -> str:
     nul = data.find(b"\0")
     if nul >= 0:  # valid UTF-8, but no text holds NUL: a binary file (an image, an archive, a database)
         raise PrepareError(
-            f"{path} is binary, not text (a NUL byte at byte {nul}); leave it out with --suffix (e.g. .txt,.md)"
+            f"{bounded.shown(path)} is binary, not text (a NUL byte at byte {nul}); leave it out with --suffix "
+            "(e.g. .txt,.md)"
         )
     c1 = C1_CONTROLS.findall(data)
     controls = len(data) - len(data.translate(None, CONTROL_BYTES)) + len(c1)
@@ -174,14 +176,15 @@ def read_text(path: Path) -> str:
             C1_CONTROLS.search(data).start() if c1 else len(data),
         )
         raise PrepareError(
-            f"{path} is binary, not text ({controls:,} of its {len(data):,} bytes are control characters, the first "
+            f"{bounded.shown(path)} is binary, not text ({controls:,} of its {len(data):,} bytes are control "
+            "characters, the first "
             f"at byte {first}); leave it out with --suffix (e.g. .txt,.md)"
         )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PrepareError(
-            f"{path} is not UTF-8 text (byte {exc.start}); convert it, or choose files with --suffix"
+            f"{bounded.shown(path)} is not UTF-8 text (byte {exc.start}); convert it, or choose files with --suffix"
         ) from None
 
 

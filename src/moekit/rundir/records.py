@@ -26,7 +26,7 @@ class Unreadable(MoekitError):
     """A record exists but cannot be read (cut short, not JSON, not a mapping)."""
 
     def __init__(self, path: Path, why: str):
-        super().__init__(f"{path} is unreadable ({why})")
+        super().__init__(f"{bounded.shown(path)} is unreadable ({why})")
         self.path, self.why = path, why
 
 
