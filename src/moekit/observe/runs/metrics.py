@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +57,7 @@ def read(path: Path, steps: int | None = None) -> Metrics:
                         raise MetricsError(why) from None
                     pending = why
                     continue
-                by_step[step] = row
+                by_step[step] = {sys.intern(k): v for k, v in row.items()}  # one copy of each key name
     except FileNotFoundError:
         raise MetricsError(
             f"no metrics file at {bounded.shown(path)}: the run wrote no step (see its maxtext.log)."
