@@ -158,12 +158,13 @@ def _depth(data: Any, name: str) -> None:
             todo.extend((depth + 1, v) for v in (value.values() if isinstance(value, dict) else value))
 
 
-def _text(path: str | Path, limit: int, what: str, follow: bool) -> str:
+def _text(path: str | Path, limit: int, what: str, follow: bool, fmt: str) -> str:
     data = bounded.read_bytes(path, limit, what, follow)
     try:
         return data.decode("utf8")
     except UnicodeDecodeError as exc:
-        raise _fail(str(path), f"not UTF-8 text ({text_kind(data) or exc.reason} at byte {exc.start})") from None
+        why = f"{text_kind(data) or exc.reason} at byte {exc.start}"
+        raise _fail(str(path), f"not valid {fmt}: not UTF-8 text ({why})") from None
 
 
 def text_kind(data: bytes) -> str | None:
@@ -189,13 +190,13 @@ def yaml_file(
 ) -> Any:
     """yaml_text of the file at `path`, read once within `limit` bytes (bounded.read_bytes). TooLarge, OSError,
     ParseError."""
-    return yaml_text(_text(path, limit, what, follow), str(path), finite, every)
+    return yaml_text(_text(path, limit, what, follow, "YAML"), str(path), finite, every)
 
 
 def json_file(path: str | Path, limit: int, what: str = "file", finite: bool = True, follow: bool = True) -> Any:
     """json_text of the file at `path`, read once within `limit` bytes (bounded.read_bytes). TooLarge, OSError,
     ParseError."""
-    return json_text(_text(path, limit, what, follow), str(path), finite)
+    return json_text(_text(path, limit, what, follow, "JSON"), str(path), finite)
 
 
 def json_line(line: str | bytes, name: str = "a line", finite: bool = True) -> Any:
