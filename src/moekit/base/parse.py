@@ -112,6 +112,8 @@ def yaml_text(text: str, name: str, finite: bool = True, every: bool = False) ->
         raise _fail(name, f"not valid YAML{at}: {problem}") from None
     except RecursionError:
         raise _fail(name, f"nested deeper than {MAX_DEPTH} levels; no file moekit reads is", TooComplex) from None
+    except (KeyError, ValueError, TypeError, OverflowError) as exc:  # PyYAML's constructors on odd scalars
+        raise _fail(name, f"not valid YAML: a value PyYAML cannot build ({type(exc).__name__})") from None
     return _finite(data, name) if finite else data
 
 
