@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -369,17 +370,24 @@ def test_an_output_folder_inside_the_source_is_never_read_back(tmp_path, capsys)
     assert "prepared 3 files" in first and "prepared 3 files" in second  # neither shards nor corpus.json read
 
 
-def test_a_killed_preparation_leaves_no_temporary_folder_for_long(tmp_path):
+def test_a_killed_preparation_leaves_no_temporary_folder_and_a_users_folder_is_kept(tmp_path):
     import socket
+
+    from moekit.rundir import claims
 
     out = tmp_path / "out"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    stale = tmp_path / f".out.tmp-{socket.gethostname()}-{dead.stdout.strip()}"
+    stale = tmp_path / f".out.tmp-{socket.gethostname()}-{dead.stdout.strip()}"  # moekit's claim, writer gone
     (stale / "x").mkdir(parents=True)
+    (stale / claims.MARKER).write_text(json.dumps({"pid": int(dead.stdout), "host": socket.gethostname()}))
     live = tmp_path / f".out.tmp-{socket.gethostname()}-{os.getpid()}-other"  # not ours to judge: kept
     live.mkdir()
+    backup = tmp_path / ".out.tmp-backup"  # the user's, a day old: no claim, never removed
+    (backup / "notes").mkdir(parents=True)
+    os.utime(backup, (time.time() - 3 * 86400, time.time() - 3 * 86400))
     text_shards.prepare(text_shards.source_files(tree(tmp_path / "src")), out)
     assert not stale.exists() and live.exists() and (out / "corpus.json").is_file()
+    assert (backup / "notes").is_dir()
 
 
 def test_a_damaged_cached_corpus_is_detected_and_prepared_again(tmp_path, capsys):

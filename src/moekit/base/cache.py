@@ -13,7 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from moekit.base import parse
+from moekit.base.errors import MoekitError
+
 ENV = "MOEKIT_CACHE_DIR"
+MAX_BYTES = 16 << 20  # a cached probe result is a few kB
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
@@ -28,8 +32,8 @@ def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
 def read(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """The JSON stored under `name`, or None."""
     try:
-        return json.loads((cache_dir(environ) / name).read_text(encoding="utf8"))
-    except (OSError, ValueError):
+        return parse.json_file(cache_dir(environ) / name, MAX_BYTES, "cache file")
+    except (OSError, MoekitError):
         return None
 
 

@@ -6,9 +6,10 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from moekit.base import parse
 from moekit.base.errors import ConfigError
+
+MAX_BYTES = 8 << 20  # MaxText's base.yml is about 50 kB; a model file a few hundred bytes
 
 
 def package_dir() -> Path:
@@ -26,9 +27,8 @@ def model_values(model_name: str) -> tuple[dict[str, Any], dict[str, Any]]:
     if not model.is_file():
         known = ", ".join(sorted(p.stem for p in (configs / "models").glob("*.yml")))
         raise ConfigError(f"model.name={model_name} has no MaxText model file; known: {known}")
-    # libyaml's parser where PyYAML has it: base.yml is about 1,000 lines, a third of `moekit plan`'s time in Python
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.load((configs / "base.yml").read_text(), loader), yaml.load(model.read_text(), loader) or {}
+    base = parse.yaml_file(configs / "base.yml", MAX_BYTES, "MaxText config file", finite=False)
+    return base, parse.yaml_file(model, MAX_BYTES, "MaxText model file", finite=False) or {}
 
 
 def assets_dir() -> Path:

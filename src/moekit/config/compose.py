@@ -6,15 +6,17 @@ import contextlib
 import difflib
 import os
 import re
+import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
 from pydantic import ValidationError
 
-from moekit.base import bounded
+from moekit.base import bounded, parse
 from moekit.base.errors import ConfigError
 from moekit.config import formats, interpolation
 from moekit.config.kinds.families import FAMILIES, Tiny
@@ -136,17 +138,39 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
     overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in map(as_typed, overrides)]
     if not (conf / "config.yaml").is_file():
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
-    if problem := _unreadable(conf) or _tagged(conf) or _defaults_outside(conf):
-        raise ConfigError(problem)
     try:
-        with hydra_at(conf):
+        with checked_tree(conf) as copy, hydra_at(copy):
             return compose(config_name="config", overrides=list(overrides))
     except yaml.YAMLError as exc:  # a config file that is not YAML, or holds a duplicate key or a tag
-        raise ConfigError(yaml_problem(exc)) from None
-    except UnicodeDecodeError as exc:  # a config file that is not text
-        raise ConfigError(_not_text(conf, exc)) from None
+        raise ConfigError(in_tree(yaml_problem(exc), conf)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
-        raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
+        raise ConfigError(in_tree(_explain_hydra_error(str(exc), overrides, conf), conf)) from None
+
+
+_COPY = "moekit-conf-"  # the prefix of a checked copy's folder, replaced by the tree's own path in messages
+
+
+@contextlib.contextmanager
+def checked_tree(conf: Path) -> Iterator[Path]:
+    """A private copy of the config tree `conf`, made of the bytes moekit read and checked, for Hydra to compose
+    from: each file is opened once (bounded: a regular file of at most CONFIG_MAX_BYTES), checked (UTF-8, YAML
+    within parse's depth and alias limits, no tag moekit does not take, a defaults list that stays inside the
+    tree, judged on the decoded YAML) and copied; a file swapped after the check is never read. ConfigError names
+    the first file that fails."""
+    files = _read_tree(conf)
+    if problem := _tagged(files) or _defaults_outside(conf, files):
+        raise ConfigError(problem)
+    with tempfile.TemporaryDirectory(prefix=_COPY) as tmp:
+        for path, data in files.items():
+            target = Path(tmp) / path.relative_to(conf)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        yield Path(tmp)
+
+
+def in_tree(message: str, conf: Path) -> str:
+    """A message about the checked copy, naming the config tree's own files instead."""
+    return re.sub(rf"{re.escape(tempfile.gettempdir())}/{_COPY}[^/\s]*", str(conf), message)
 
 
 # YAML tags that only restate a plain scalar's type; any other tag (!!binary, !!timestamp, !!set, !!python/...) would
@@ -157,27 +181,52 @@ PLAIN_TAGS = {"!!str", "!!int", "!!float", "!!bool", "!!null", "!!map", "!!seq"}
 CONFIG_MAX_BYTES = 4 * 1024 * 1024  # a config file is a few kB; Hydra reads each it reaches whole
 
 
-def _unreadable(conf: Path) -> str | None:
-    """The first config file that is not a regular file of at most CONFIG_MAX_BYTES (a pipe named x.yaml would hang
-    Hydra, /dev/zero would fill the memory), as a message with its fix; None when every one is."""
+def _read_tree(conf: Path) -> dict[Path, bytes]:
+    """Every config file of `conf` (by its path under `conf`), read once; ConfigError at the first that is not a
+    regular file of at most CONFIG_MAX_BYTES (a pipe named x.yaml would hang Hydra, /dev/zero would fill the
+    memory), is not UTF-8 text, or is YAML nested too deep or with aliases that expand too far."""
+    files: dict[Path, bytes] = {}
     for path in sorted(conf.rglob("*.yaml")):
         try:
-            bounded.read_bytes(path, CONFIG_MAX_BYTES, "config file")
+            files[path] = data = bounded.read_bytes(path, CONFIG_MAX_BYTES, "config file")
+            _body(path, data)
         except bounded.TooLarge as exc:
-            return f"{exc}, or move it out of the config tree {conf}"
-        except OSError:  # compose reports an unreadable file with its own message
+            raise ConfigError(f"{exc}, or move it out of the config tree {conf}") from None
+        except UnicodeDecodeError as bad:
+            kind = parse.text_kind(data) or bad.reason
+            raise ConfigError(
+                f"{bounded.shown(path)}: not UTF-8 text ({kind} at byte {bad.start}).\n"
+                "  fix: save it as UTF-8, or move it out of the config tree"
+            ) from None
+        except parse.TooComplex as exc:
+            raise ConfigError(
+                f"{exc}.\n  fix: write the values out plainly, or move it out of the config tree"
+            ) from None
+        except parse.ParseError:  # Hydra reports invalid YAML with its file and line
             continue
-    return None
+        except OSError:  # unreadable: Hydra reports it as a missing option
+            continue
+    return files
 
 
-def _tagged(conf: Path) -> str | None:
+_BODIES: dict[tuple[Path, bytes], Any] = {}  # (file, its bytes) -> the decoded YAML: a file is decoded once a process
+
+
+def _body(path: Path, data: bytes) -> Any:
+    """The decoded YAML of a config file's bytes (parse.yaml_text: depth and alias limits); read-only to callers."""
+    key = (path, data)
+    if key not in _BODIES:
+        if len(_BODIES) > 4096:
+            _BODIES.clear()
+        _BODIES[key] = parse.yaml_text(data.decode("utf8"), str(path), finite=False)
+    return _BODIES[key]
+
+
+def _tagged(files: dict[Path, bytes]) -> str | None:
     """The first config file and line holding a YAML tag moekit does not take, as a message with its fix; None when
     there is none. Only files holding '!' are tokenized."""
-    for path in sorted(conf.rglob("*.yaml")):
-        try:
-            text = path.read_text(encoding="utf8")
-        except (OSError, UnicodeDecodeError):  # compose reports those with their own messages
-            continue
+    for path, data in files.items():
+        text = data.decode("utf8")
         if "!" not in text:
             continue
         try:
@@ -186,7 +235,7 @@ def _tagged(conf: Path) -> str | None:
                     handle, suffix = token.value
                     tag = f"{handle or ''}{suffix}"
                     if tag not in PLAIN_TAGS:
-                        where = f"{path}, line {token.start_mark.line + 1}"
+                        where = f"{bounded.shown(path)}, line {token.start_mark.line + 1}"
                         return (
                             f"{where}: the YAML tag {tag} is not allowed: config files are data (text, numbers, "
                             f"lists, mappings), and moekit never builds other values from them (nothing was run).\n"
@@ -197,16 +246,16 @@ def _tagged(conf: Path) -> str | None:
     return None
 
 
-def _defaults_outside(conf: Path) -> str | None:
+def _defaults_outside(conf: Path, files: dict[Path, bytes]) -> str | None:
     """The first config file whose defaults list names a file outside the config tree (`- override /model: ../../x`,
-    `- ../../x`), as a message with its fix; None when every entry stays inside. The same rule as an override's
-    (_outside_tree): Hydra would load any YAML file the list reaches. Only files holding '..' or '~' are parsed."""
+    `- ../../x`, also written with YAML escapes: the list is judged decoded), as a message with its fix; None when
+    every entry stays inside. The same rule as an override's (_outside_tree): Hydra would load any YAML file the
+    list reaches."""
     root = conf.resolve()
-    for path in sorted(conf.rglob("*.yaml")):
+    for path, data in files.items():
         try:
-            text = path.read_text(encoding="utf8")
-            body = yaml.safe_load(text) if ".." in text or "~" in text else None
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):  # compose reports those with their own messages
+            body = _body(path, data)
+        except (parse.ParseError, UnicodeDecodeError):  # compose reports it with its file and line
             continue
         entries = body.get("defaults") if isinstance(body, dict) else None
         for entry in entries if isinstance(entries, list) else []:
@@ -221,29 +270,14 @@ def _defaults_outside(conf: Path) -> str | None:
                     target = (root if name.startswith("/") else here) / f"{name.lstrip('/')}.yaml"
                     words = [*Path(group).parts, *Path(name).parts]
                     if ".." in words or name.startswith("~") or not target.resolve().is_relative_to(root):
-                        shown = f"{key}: {name}" if key is not None else name
+                        shown = bounded.shown(f"{key}: {name}" if key is not None else name)
                         return (
-                            f"{path}: its defaults list names `{shown}`, a file outside the config tree {conf}; "
-                            "moekit reads config only from that tree (nothing was run).\n"
+                            f"{bounded.shown(path)}: its defaults list names `{shown}`, a file outside the config "
+                            f"tree {conf}; moekit reads config only from that tree (nothing was run).\n"
                             f"  fix: name an option inside the tree (moekit config groups lists them), or copy the "
                             f"file into conf/{group or '<group>'}/"
                         )
     return None
-
-
-def _not_text(conf: Path, exc: UnicodeDecodeError) -> str:
-    """Which config file is not UTF-8 text (found on this error path only), and the fix."""
-    for path in sorted(conf.rglob("*.yaml")):
-        try:
-            path.read_text(encoding="utf8")
-        except UnicodeDecodeError as bad:
-            return (
-                f"{path}: not UTF-8 text ({bad.reason} at byte {bad.start}).\n"
-                "  fix: save it as UTF-8, or move it out of the config tree"
-            )
-        except OSError:
-            continue
-    return f"a config file under {conf} is not UTF-8 text ({exc.reason}).\n  fix: save it as UTF-8"
 
 
 def yaml_problem(exc: yaml.YAMLError) -> str:
@@ -327,8 +361,8 @@ def _outside_tree(override: str, conf: Path) -> str | None:
 def _default_option(group: str, conf: Path) -> str | None:
     """The option conf/config.yaml's defaults list gives `group`, or None."""
     try:
-        body = yaml.safe_load((conf / "config.yaml").read_text(encoding="utf8")) or {}
-    except (OSError, yaml.YAMLError):
+        body = parse.yaml_file(conf / "config.yaml", CONFIG_MAX_BYTES, "config file", finite=False) or {}
+    except (OSError, bounded.TooLarge, parse.ParseError):
         return None
     for entry in body.get("defaults") or []:
         if isinstance(entry, dict) and group in entry and isinstance(entry[group], str):

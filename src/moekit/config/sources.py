@@ -14,8 +14,19 @@ from typing import Any
 
 import yaml
 
+from moekit.base import bounded, parse
 from moekit.base.errors import ConfigError
-from moekit.config.compose import GROUPS, OPEN_MAPPINGS, config_dir, group_options, hydra_at, yaml_problem
+from moekit.config.compose import (
+    CONFIG_MAX_BYTES,
+    GROUPS,
+    OPEN_MAPPINGS,
+    checked_tree,
+    config_dir,
+    group_options,
+    hydra_at,
+    in_tree,
+    yaml_problem,
+)
 
 SCHEMA_DEFAULT = "schema default (src/moekit/config/schema.py)"
 
@@ -24,7 +35,7 @@ def description(path: Path) -> str:
     """The first comment line of an option file (a `# @package` directive is not one), with the comment lines
     that continue its sentence (they start in lower case), so that no description stops mid-sentence."""
     found: list[str] = []
-    for line in path.read_text(encoding="utf8").splitlines():
+    for line in bounded.read_text(path, CONFIG_MAX_BYTES, "config file", errors="replace").splitlines():
         text = line.strip()
         if text.startswith("# @package") and not found:
             continue
@@ -82,24 +93,29 @@ def composition(overrides: Sequence[str], conf: Path | None = None) -> Compositi
     conf = conf or config_dir()
     hydra_overrides = [f"++{o}" if o.startswith(OPEN_MAPPINGS) else o for o in overrides]
     try:
-        with hydra_at(conf):
-            loader = GlobalHydra.instance().config_loader()
-            found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
+        with checked_tree(conf) as copy:  # the bytes moekit checked, read once each
+            with hydra_at(copy):
+                loader = GlobalHydra.instance().config_loader()
+                found = loader.compute_defaults_list("config", hydra_overrides, RunMode.RUN)
+            bodies = {
+                f"{d.config_path}.yaml": parse.yaml_file(copy / f"{d.config_path}.yaml", CONFIG_MAX_BYTES, finite=False)
+                for d in found.defaults
+                if d.config_path is not None and (copy / f"{d.config_path}.yaml").is_file()
+            }
     except yaml.YAMLError as exc:
-        raise ConfigError(yaml_problem(exc)) from None
+        raise ConfigError(in_tree(yaml_problem(exc), conf)) from None
+    except parse.ParseError as exc:
+        raise ConfigError(in_tree(str(exc), conf)) from None
     files, packages, sources = [], {}, {}
     for d in found.defaults:
         if d.config_path is None or d.config_path.startswith("hydra/") or d.package is None:
             continue
         path = f"{d.config_path}.yaml"
-        if not (conf / path).is_file():  # the schema's defaults (compose.hydra_at): SCHEMA_DEFAULT names them
+        if path not in bodies:  # the schema's defaults (compose.hydra_at): SCHEMA_DEFAULT names them
             continue
         files.append(path)
         packages[path] = d.package
-        try:
-            body = yaml.safe_load((conf / path).read_text(encoding="utf8")) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(yaml_problem(exc)) from None
+        body = bodies[path] or {}
         body.pop("defaults", None)
         for key in flatten(body, d.package):
             parts = key.split(".")

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from moekit.base import bounded, parse
 from moekit.base.errors import ConfigError
 
 FABRIC_MAX_BYTES = 32 << 20  # a fabric.json lists every rank's times: about 2 MB at 1,024 GPUs, so 16k GPUs fit
@@ -23,13 +23,13 @@ def fabric_record(path: Path | None) -> dict[str, Any] | None:
         return None
     fix = "  fix: give the fabric.json of a run directory (moekit fabric / train write it)"
     try:
-        with path.open("rb") as f:
-            raw = f.read(FABRIC_MAX_BYTES + 1)
-        if len(raw) > FABRIC_MAX_BYTES:
-            raise ValueError(f"larger than {FABRIC_MAX_BYTES >> 20} MiB, more than any fabric.json holds")
-        record = json.loads(raw)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--fabric {path}: cannot read it as fabric.json ({exc}).\n{fix}") from None
+        record = parse.json_file(path, FABRIC_MAX_BYTES, "fabric.json", finite=False)  # numbers: checked by field
+    except bounded.TooLarge as exc:
+        raise ConfigError(f"--fabric {str(exc).splitlines()[0]}\n{fix}") from None
+    except parse.ParseError as exc:
+        raise ConfigError(f"--fabric {exc}\n{fix}") from None
+    except OSError as exc:
+        raise ConfigError(f"--fabric {bounded.shown(path)}: cannot read it ({exc.strerror}).\n{fix}") from None
     if not isinstance(record, dict) or not record.get("results"):
         raise ConfigError(f"--fabric {path}: no measured results in it; the fabric check must have run to its end")
     results = record["results"]

@@ -12,12 +12,12 @@ without a record (an Orbax checkpoint another tool wrote) is checked for its lay
 
 from __future__ import annotations
 
-import json
 import socket
 from pathlib import Path
 from typing import Any
 
-from moekit.base import maxtext_files
+from moekit.base import bounded, maxtext_files, parse
+from moekit.base.errors import MoekitError
 from moekit.checkpoint.model.architecture import HF_FAMILIES, differences, from_hf, from_maxtext
 from moekit.checkpoint.model.hf_config import ConfigJsonError, checked
 from moekit.config.checks import Problem
@@ -62,16 +62,12 @@ IMPORT = "moekit checkpoint import --family <model option> <Hugging Face folder>
 def _record(folder: Path) -> tuple[dict[str, Any] | None, str | None]:
     """The import's record, or None; and why it cannot be read (None when it can, or is absent)."""
     path = folder / RECORD
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None, None
     try:
-        with path.open("rb") as f:
-            data = f.read(RECORD_BYTES + 1)
-        if len(data) > RECORD_BYTES:
-            return None, f"{path} is larger than {RECORD_BYTES:,} bytes (not a record `moekit checkpoint import` wrote)"
-        record = json.loads(data)
-    except (OSError, ValueError, RecursionError) as exc:
-        return None, f"{path} cannot be read: {exc}"
+        record = parse.json_file(path, RECORD_BYTES, "checkpoint import record", finite=False)
+    except (OSError, MoekitError) as exc:
+        return None, f"{bounded.shown(path)} cannot be read: {str(exc).splitlines()[0]}"
     if not isinstance(record, dict) or not isinstance(record.get("hf_config"), dict):
         return None, f"{path} has no hf_config (not a record `moekit checkpoint import` wrote)"
     try:  # its counts are read (from_hf) only once they are in range

@@ -8,13 +8,12 @@ starts (a missing file would otherwise surface after start-up and compilation, m
 from __future__ import annotations
 
 import glob
-import json
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from moekit.base import maxtext_files
+from moekit.base import bounded, maxtext_files, parse
 from moekit.config.checks import Problem
 from moekit.config.schema import Config, Data
 from moekit.plan import resolved_values
@@ -82,9 +81,9 @@ def columns(path: str, fmt: str) -> list[str]:
             except pa.ArrowInvalid:
                 return list(pa.ipc.open_file(source).schema.names)
     if fmt == "json":
-        with open(path, encoding="utf-8") as f:
+        with bounded.open_text(path, None, "data file") as f:
             first = next((line for line in f if line.strip()), "{}")
-        record = json.loads(first)
+        record = parse.json_line(first, str(path), finite=False)
         return list(record[0] if isinstance(record, list) and record else record)
     from array_record.python.array_record_module import ArrayRecordReader
     from maxtext.input_pipeline.protos import example_pb2
@@ -170,6 +169,19 @@ def _local_files(d: Data, host: str) -> tuple[list[str], list[Problem]]:
                 )
             )
         files += matched
+    special = [f for f in files if not (os.path.isfile(f) or os.path.isdir(f))]  # a pipe, device, socket
+    if special:
+        shown = ", ".join(bounded.shown(f) for f in special[:3]) + (
+            f" and {len(special) - 3} more" if len(special) > 3 else ""
+        )
+        out.append(
+            Problem(
+                "data.files",
+                f"{len(special)} of the {len(files)} path(s) matching data.files are not regular files: {shown}",
+                "point data.files at files (a pipe, device or socket is never read as data)",
+            )
+        )
+        files = [f for f in files if f not in special]
     empty = [f for f in files if _size(f) == 0]
     if empty:
         shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")

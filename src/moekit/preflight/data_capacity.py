@@ -14,11 +14,11 @@ fewer documents than sequences needed (small data, cheap to read).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from moekit.base import bounded, parse
 from moekit.config.checks import Problem
 from moekit.config.schema import Config
 
@@ -36,9 +36,9 @@ def column_type(path: str, fmt: str, column: str) -> str | None:
         text = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)  # null: no rows
         return None if text or str(kind) == "string_view" else str(kind)
     if fmt == "json":
-        with open(path, encoding="utf-8") as f:
+        with bounded.open_text(path, None, "data file") as f:
             first = next((line for line in f if line.strip()), "{}")
-        record = json.loads(first)
+        record = parse.json_line(first, str(path), finite=False)
         record = record[0] if isinstance(record, list) and record else record
         value = record.get(column) if isinstance(record, dict) else None
         return None if value is None or isinstance(value, str) else type(value).__name__
@@ -98,10 +98,10 @@ def _texts(path: str, fmt: str, column: str) -> Iterator[bytes]:
         for value in table.column(column).to_pylist():
             yield (value or "").encode() if isinstance(value, str) else bytes(value or b"")
     elif fmt == "json":
-        with open(path, encoding="utf-8") as f:
+        with bounded.open_text(path, None, "data file") as f:
             for line in f:
                 if line.strip():
-                    value = json.loads(line).get(column)
+                    value = parse.json_line(line, str(path), finite=False).get(column)
                     yield str(value or "").encode()
     else:
         from array_record.python.array_record_module import ArrayRecordReader
@@ -133,7 +133,7 @@ def documents(path: str, fmt: str, enough: int) -> int:
                 return sum(batch.num_rows for batch in pa.ipc.open_stream(source))
     if fmt == "json":
         n = 0
-        with open(path, encoding="utf-8") as f:
+        with bounded.open_text(path, None, "data file") as f:
             for line in f:
                 n += bool(line.strip())
                 if n > enough:

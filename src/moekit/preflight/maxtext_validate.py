@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 
-from moekit.base import cache
+from moekit.base import cache, parse
 from moekit.base.errors import MoekitError
 from moekit.translate.env import maxtext_env_overrides
 
@@ -117,7 +117,7 @@ def rejections(
     except subprocess.TimeoutExpired:
         raise ValidatorUnavailable(f"MaxText's validator did not answer within {timeout_s:.0f} s") from None
     results = [
-        json.loads(line.removeprefix("MOEKIT-RESULT "))
+        parse.json_line(line.removeprefix("MOEKIT-RESULT "), "MaxText's validator", finite=False)
         for line in proc.stdout.splitlines()
         if line.startswith("MOEKIT-RESULT ")
     ]

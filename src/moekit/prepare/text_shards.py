@@ -18,16 +18,16 @@ import os
 import re
 import shutil
 import socket
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from moekit.base import bounded
+from moekit.base import bounded, parse
 from moekit.base.errors import MoekitError
 from moekit.base.progress import Progress
 from moekit.preflight import data as data_preflight
+from moekit.rundir import claims
 
 FORMATS = ("arrayrecord", "parquet")
 MANIFEST = "corpus.json"
@@ -101,7 +101,7 @@ class Summary:
         return (
             f"prepared {self.files:,} files ({self.bytes / 1e6:.1f} MB) -> {self.documents:,} documents, "
             f"{self.tokens:,} tokens ({self.tokenizer}, {self.vocab:,}-token vocabulary) in {len(self.shards)} "
-            f"{self.format} shards{took}\n  at {out} (sha256 {self.sha256[:16]})\n"
+            f"{self.format} shards{took}\n  at {bounded.shown(out)} (sha256 {self.sha256[:16]})\n"
             f"  train on it: moekit train experiment=smoke {data} data.files='{self.glob(out)}'{fit}"
         )
 
@@ -155,11 +155,18 @@ def read_text(path: Path) -> str:
     except bounded.TooLarge as exc:
         raise PrepareError(f"{str(exc).splitlines()[0]}; split it into files of at most 1 GiB") from None
     except OSError as exc:
-        raise PrepareError(f"{path} cannot be read ({exc.strerror}); fix its permissions or leave it out") from None
+        shown = bounded.shown(path)
+        raise PrepareError(f"{shown} cannot be read ({exc.strerror}); fix its permissions or leave it out") from None
+    if (kind := parse.text_kind(data)) is not None:  # its zero bytes are not a binary file's
+        raise PrepareError(
+            f"{bounded.shown(path)} is {kind}, not UTF-8; convert it (iconv -f UTF-16 -t UTF-8 FILE > FILE.txt) or "
+            "leave it out with --suffix"
+        )
     nul = data.find(b"\0")
     if nul >= 0:  # valid UTF-8, but no text holds NUL: a binary file (an image, an archive, a database)
         raise PrepareError(
-            f"{path} is binary, not text (a NUL byte at byte {nul}); leave it out with --suffix (e.g. .txt,.md)"
+            f"{bounded.shown(path)} is binary, not text (a NUL byte at byte {nul}); leave it out with --suffix "
+            "(e.g. .txt,.md)"
         )
     c1 = C1_CONTROLS.findall(data)
     controls = len(data) - len(data.translate(None, CONTROL_BYTES)) + len(c1)
@@ -169,14 +176,15 @@ def read_text(path: Path) -> str:
             C1_CONTROLS.search(data).start() if c1 else len(data),
         )
         raise PrepareError(
-            f"{path} is binary, not text ({controls:,} of its {len(data):,} bytes are control characters, the first "
+            f"{bounded.shown(path)} is binary, not text ({controls:,} of its {len(data):,} bytes are control "
+            "characters, the first "
             f"at byte {first}); leave it out with --suffix (e.g. .txt,.md)"
         )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise PrepareError(
-            f"{path} is not UTF-8 text (byte {exc.start}); convert it, or choose files with --suffix"
+            f"{bounded.shown(path)} is not UTF-8 text (byte {exc.start}); convert it, or choose files with --suffix"
         ) from None
 
 
@@ -278,7 +286,7 @@ def _write_parquet(path: Path, texts: Sequence[str]) -> None:
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with bounded.open_regular(path, None, "text file") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -369,10 +377,11 @@ def prepare(
     )
     remove_stale(out)
     tmp = out.with_name(f"{_tmp_prefix(out)}{socket.gethostname()}-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
+    claims.remove_if_stale(tmp)  # this pid's own leftover only when it is moekit's (never a user's folder)
+    held = None
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
+        held = claims.claim(tmp)  # claimed while written: no other moekit removes it
         write = _write_arrayrecord if options.format == "arrayrecord" else _write_parquet
         combined = hashlib.sha256()
         for s in range(shards):
@@ -391,9 +400,10 @@ def prepare(
             )
         summary.sha256 = combined.hexdigest()
         (tmp / MANIFEST).write_text(json.dumps(summary.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf8")
+        held.release()
         os.rename(tmp, out)  # atomic: the folder is whole or absent (a rival writer of the same folder: one wins)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _drop(tmp, held)
         if out.exists():  # another writer renamed its copy into place first
             raise PrepareError(f"{out} already exists (written by another process meanwhile)") from None
         raise PrepareError(
@@ -401,49 +411,38 @@ def prepare(
             "(for data=stdlib: MOEKIT_CACHE_DIR=<a writable folder>)"
         ) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _drop(tmp, held)
         raise
     return summary
 
 
-STALE_S = 24 * 3600  # a temporary folder of another host (or an older moekit) this old is left by a killed writer
+def _drop(tmp: Path, held: claims.Claim | None) -> None:
+    """Remove the temporary folder this process made (never one it did not: `held` is None then)."""
+    if held is not None:
+        shutil.rmtree(tmp, ignore_errors=True)
+        held.release()
 
 
 def _tmp_prefix(out: Path) -> str:
     return f".{out.name}.tmp-"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # EPERM: it exists, another user's
-        return True
-    return True
-
-
 def remove_stale(out: Path) -> list[Path]:
     """Remove the temporary folders that killed preparations of `out` left beside it (a SIGKILL runs no clean-up):
-    this host's whose process is gone, and any a day old. Returns those removed."""
+    only moekit's (its claim file inside: rundir/claims.py) whose writer is provably gone; a folder without the
+    claim (a user's `.out.tmp-backup/`) is never removed, however old. Returns those removed."""
     removed = []
-    host = socket.gethostname()
     with contextlib.suppress(OSError):
         for tmp in out.parent.glob(f"{_tmp_prefix(out)}*"):
-            tag = tmp.name.removeprefix(_tmp_prefix(out))
-            who, _, pid = tag.rpartition("-")
-            mine_dead = who == host and pid.isdigit() and not _alive(int(pid))
-            with contextlib.suppress(OSError):
-                if mine_dead or time.time() - tmp.stat().st_mtime > STALE_S:
-                    shutil.rmtree(tmp)
-                    removed.append(tmp)
+            if claims.remove_if_stale(tmp):
+                removed.append(tmp)
     return removed
 
 
 def read_summary(out: Path) -> dict | None:
     """The corpus.json of a prepared folder, or None when there is none (or it is damaged)."""
-    with contextlib.suppress(OSError, ValueError):
-        return json.loads((out / MANIFEST).read_text(encoding="utf8"))
+    with contextlib.suppress(OSError, ValueError, bounded.TooLarge):
+        return parse.json_file(out / MANIFEST, 64 * bounded.MiB, "prepared data record", finite=False)
     return None
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from moekit.base import parse
+
 Path = tuple[str | int, ...]
 """Where a field is in the data: mapping keys and list indexes, outermost first."""
 
@@ -80,6 +82,6 @@ def annotated_yaml(data: dict[str, Any], comments: Sequence[tuple[Path, str]]) -
             continue
         out.append(line)
     text = "\n".join(out) + "\n"
-    if yaml.safe_load(text) != data:  # a comment changed the document: never write that
+    if parse.yaml_text(text, "the rendered document", finite=False) != data:  # a comment changed the document
         raise AssertionError("a comment changed the rendered document")
     return text

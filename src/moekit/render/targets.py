@@ -8,8 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from moekit.base import parse
 from moekit.base.errors import MoekitError
 from moekit.config.schema import Config
 from moekit.render import compose, document, jobset, slurm
@@ -47,7 +46,7 @@ def _jobset_check(text: str, cfg: Config, crd: str | None, kubernetes: str | Non
     schema = val.crd_schema(Path(crd)) if crd else val.packaged_schema()
     where = f"the CRD in {crd}" if crd else f"moekit's copy of the {val.schema_source(schema)} (--crd: yours)"
     print(f"moekit: checking against {where}, Kubernetes {version}", file=sys.stderr)
-    return val.problems(yaml.safe_load(text), Path(crd) if crd else None, version)
+    return val.problems(parse.yaml_text(text, "the rendered JobSet", finite=False), Path(crd) if crd else None, version)
 
 
 def _version_key(v: str) -> tuple[int, ...]:

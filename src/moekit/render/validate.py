@@ -13,16 +13,13 @@ Three layers, each returning readable problems (empty list = valid):
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from moekit.base import bounded
+from moekit.base import bounded, parse
 from moekit.base.errors import MoekitError
 
 if TYPE_CHECKING:
@@ -57,14 +54,23 @@ class ValidationSetupError(MoekitError):
 def crd_schema(crd_path: Path, version: str = "v1alpha2") -> dict[str, Any]:
     """The openAPIV3Schema of one served version of the JobSet CRD, made strict (unknown fields rejected)."""
     try:
-        docs = [d for d in yaml.safe_load_all(bounded.read_text(crd_path, CRD_MAX_BYTES, "JobSet CRD")) if d]
+        docs = parse.yaml_file(crd_path, CRD_MAX_BYTES, "JobSet CRD", finite=False, every=True)
     except bounded.TooLarge as exc:
         raise ValidationSetupError(f"{str(exc).splitlines()[0]}; {CRD_HINT}") from None
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise ValidationSetupError(f"cannot read the JobSet CRD at {crd_path}: {exc}; {CRD_HINT}") from None
+    except parse.ParseError as exc:
+        raise ValidationSetupError(f"{exc}; {CRD_HINT}") from None
+    except OSError as exc:
+        raise ValidationSetupError(
+            f"cannot read the JobSet CRD at {bounded.shown(crd_path)}: {exc.strerror}; {CRD_HINT}"
+        ) from None
     if not all(isinstance(d, dict) for d in docs):
         raise ValidationSetupError(f"{crd_path} is not a Kubernetes CRD (a YAML mapping per document); {CRD_HINT}")
-    found = schema_from_crd(docs, version)
+    try:
+        found = schema_from_crd(docs, version)
+    except (KeyError, TypeError, AttributeError) as exc:  # a CRD-shaped document missing its spec's parts
+        raise ValidationSetupError(
+            f"{bounded.shown(crd_path)} is not a JobSet CRD moekit can read (no {exc} where a CRD has one); {CRD_HINT}"
+        ) from None
     if found is None:
         raise ValidationSetupError(f"{crd_path} holds no JobSet CRD serving {version}; {CRD_HINT}")
     return found
@@ -85,7 +91,9 @@ def schema_from_crd(docs: list[dict[str, Any]], version: str = "v1alpha2") -> di
 @functools.cache
 def packaged_schema() -> dict[str, Any]:
     """The strict v1alpha2 schema moekit ships, generated from a released JobSet CRD (its source is recorded)."""
-    return json.loads(resources.files("moekit").joinpath(PACKAGED_SCHEMA).read_text(encoding="utf8"))
+    return parse.json_text(
+        resources.files("moekit").joinpath(PACKAGED_SCHEMA).read_text(encoding="utf8"), PACKAGED_SCHEMA
+    )
 
 
 def schema_source(schema: dict[str, Any]) -> str:
@@ -143,8 +151,8 @@ def _kubernetes_schema(version: str) -> tuple[dict[str, Any], Any]:
 
     root = importlib_resources.files("kubernetes_validate") / "kubernetes-json-schema" / f"v{version}.0-local-strict"
     try:
-        schema = json.loads((root / "jobtemplatespec-batch-v1.json").read_text())
-        defs = json.loads((root / "_definitions.json").read_text())
+        schema = parse.json_text((root / "jobtemplatespec-batch-v1.json").read_text(), "jobtemplatespec-batch-v1.json")
+        defs = parse.json_text((root / "_definitions.json").read_text(), "_definitions.json")
     except FileNotFoundError:
         raise ValidationSetupError(
             f"kubernetes-validate has no schemas for Kubernetes {version}; choose another --kubernetes version"

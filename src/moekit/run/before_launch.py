@@ -48,6 +48,7 @@ def begin(ctx: Run, previous: records.Manifest | None, now: datetime) -> Prepare
     for name in (rundir.METRICS, rundir.LOG, events.FILE, watchdog.STACKS, events.STOP_FILE):  # before anything is
         for pid in pids:  # written: a link planted where a log or record goes would carry it out of the run dir
             rundir.confined(run, run / jobmod.per_process(name, pid))
+    rundir.maxtext_outputs(ctx.root, cfg.run_name)  # <run.name>/checkpoints, tensorboard, profile: no link out
     job = jobmod.build(cfg, str(ctx.root), str(run / rundir.METRICS))  # one checkpoint set for all launchers
     shown = view.describe(cfg, view.redacted_job(job, names), ctx.procs)
     inherited = {k: v for k, v in sorted(ctx.environ.items()) if k.startswith(RECORDED_ENV_PREFIXES)}
@@ -107,11 +108,8 @@ def _history(previous: records.Manifest | None, run: Path) -> list[dict[str, Any
     return history
 
 
-def _lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf8", errors="replace").splitlines()
-    except OSError:
-        return []
+def _lines(path: Path) -> list[bytes]:
+    return events.lines(path)
 
 
 def _specs(ctx: Run, job: jobmod.Job, names: list[str]) -> list[launch.ProcessSpec]:

@@ -22,7 +22,7 @@ SET_ASIDE = "corrupt_checkpoints"
 
 def set_aside(run: Path, run_name: str, step: int) -> Path:
     """Move checkpoint `step` to <run>/corrupt_checkpoints/<step>[-n]; returns where it went."""
-    src = run / run_name / "checkpoints" / str(step)
+    src = rundir.confined(run, Path(run_name) / "checkpoints" / str(step))
     folder = rundir.confined(run, run / SET_ASIDE)
     folder.mkdir(exist_ok=True)
     dst = folder / str(step)

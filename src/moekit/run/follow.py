@@ -106,11 +106,7 @@ def _follow(ctx: Run, specs: list[launch.ProcessSpec]) -> tuple[launch.Outcome, 
 def _last_io(path: Path) -> tuple[str, float, bool] | None:
     """This host's first process's last checkpoint save or restore: its kind, seconds since it began (under way)
     or ended, and whether it is under way (the watchdog's events.last_io, in seconds ago)."""
-    try:
-        lines = path.read_text(encoding="utf8", errors="replace").splitlines()
-    except OSError:
-        return None
-    io = events.last_io(lines)
+    io = events.last_io(events.lines(path))
     return None if io is None else (io[0], time.time() - io[1], io[2])
 
 

@@ -20,7 +20,6 @@ A second Ctrl-C stops the workers at once (SIGKILL); everything else waits `grac
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -28,7 +27,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from moekit.base import failures
+from moekit.base import bounded, failures, parse
+from moekit.base.errors import MoekitError
+from moekit.rundir import attempts
 
 # SIGHUP (the terminal or SSH session that started moekit went away) is a stop request like SIGTERM: by default it
 # would end moekit at once, with no save and the manifest left `running`.
@@ -199,14 +200,15 @@ def stop_step(last_stamped: int | None, processes: int) -> int:
 
 def last_step(metrics: Path) -> int | None:
     """The highest step in a metrics file (a line cut short by a kill is skipped)."""
-    steps = []
+    last = None
     try:
-        lines = metrics.read_text(encoding="utf8", errors="replace").splitlines()
-    except OSError:
+        with bounded.lines(metrics, attempts.METRICS_MAX_BYTES, "metrics file") as lines:
+            for line in lines:
+                try:
+                    step = int(parse.json_line(line, str(metrics))["step"])
+                except (ValueError, KeyError, TypeError, OverflowError):
+                    continue
+                last = step if last is None else max(last, step)
+    except (OSError, MoekitError):
         return None
-    for line in lines:
-        try:
-            steps.append(int(json.loads(line)["step"]))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return max(steps, default=None)
+    return last

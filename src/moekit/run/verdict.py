@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.base import failures
+from moekit.base import bounded, failures
+from moekit.base.errors import MoekitError
 from moekit.observe.runs import events
 from moekit.run import launch, preemption, watchdog
 from moekit.run.before_launch import Prepared
@@ -85,8 +86,8 @@ def log_lines(log: Path, outcome: launch.Outcome, rank: int) -> Iterator[Iterabl
     unlogged = outcome.unlogged[rank] if outcome.unlogged else []
     error = [f"moekit: {outcome.log_errors[rank]}"] if outcome.log_errors and outcome.log_errors[rank] else []
     try:
-        fh = open(log, encoding="utf8", errors="replace")
-    except OSError:
+        fh = bounded.open_text(log, None, "log", errors="replace")  # streamed; a pipe planted there is refused
+    except (OSError, MoekitError):
         fh = None
     try:
         yield itertools.chain(fh or (), unlogged, error)

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from moekit.base import redact
+from moekit.base import bounded, redact
 from moekit.base.errors import MoekitError
 
 CONFIG = "config.yaml"  # resolved moekit config
@@ -65,21 +65,42 @@ class OutsideRunDir(MoekitError):
     """A folder moekit writes into under a run directory leads elsewhere through a symbolic link."""
 
 
-def confined(run: Path, path: Path) -> Path:
-    """`path`, a place under `run` that moekit writes to, once no folder between them (nor `path` itself) is a
-    symbolic link: a link planted in a run directory must not carry its logs, metrics or checkpoints elsewhere.
-    Raises OutsideRunDir naming the link and where it leads."""
-    here = run
-    for part in path.relative_to(run).parts:
+def confined(run: Path, path: Path | str) -> Path:
+    """`path` (absolute, or relative to `run`), a place under the run directory `run` that moekit writes to or moves
+    things in, once it stays inside `run` (no `..` or absolute part leads out) and no folder between them, nor
+    `path` itself, is a symbolic link: a link planted in a run directory (at <run.name>/checkpoints, attempts/, a
+    log) must not carry its logs, metrics or checkpoints elsewhere. The one rule of every such path; raises
+    OutsideRunDir naming the link, or the path that leaves."""
+    full = Path(os.path.normpath(run / path))
+    if not full.is_relative_to(os.path.normpath(run)) or full == Path(os.path.normpath(run)):
+        raise OutsideRunDir(
+            f"{bounded.shown(path)} is not inside the run directory {bounded.shown(run)}; moekit writes only inside "
+            "it, so it stopped before writing anything.\n  fix: name a place inside the run directory"
+        )
+    here = Path(os.path.normpath(run))
+    for part in full.relative_to(here).parts:
         here = here / part
         if here.is_symlink():
             raise OutsideRunDir(
-                f"{here} is a symbolic link (to {os.readlink(here)}); moekit writes only inside the run directory "
-                f"{run}, so it stopped before moving or writing anything there.\n"
-                f"  fix: remove the link (rm {here}); move what it points to back into the run directory first if "
-                "it belongs to this run"
+                f"{bounded.shown(here)} is a symbolic link (to {bounded.shown(os.readlink(here))}); moekit writes only "
+                f"inside the run directory {bounded.shown(run)}, so it stopped before moving or writing anything "
+                f"there.\n  fix: remove the link (rm {bounded.shown(here)}); move what it points to back into the "
+                "run directory first if it belongs to this run"
             )
-    return path
+    return full
+
+
+MAXTEXT_OUTPUTS = ("", "checkpoints", "tensorboard", "metrics")
+"""What MaxText writes under <run dir>/<run.name>/ (base_output_directory/run_name): its checkpoints (saved and
+restored), tensorboard events (and xplane traces), metrics."""
+
+
+def maxtext_outputs(run: Path, run_name: str) -> list[Path]:
+    """Every folder MaxText writes under the run directory `run` for `run_name`, and moekit's profile folder, each
+    checked by confined(): a link planted at <run>/<run.name>/checkpoints must not carry restores and saves out."""
+    return [confined(run, Path(run_name) / sub if sub else Path(run_name)) for sub in MAXTEXT_OUTPUTS] + [
+        confined(run, PROFILE_DIR)
+    ]
 
 
 def write_json(path: Path, data: Any) -> None:

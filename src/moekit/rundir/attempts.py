@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
+from moekit.base import bounded, parse
 from moekit.base.errors import MoekitError
 from moekit.rundir import records
 
 ATTEMPTS = "attempts"
+METRICS_MAX_BYTES = 512 * bounded.MiB  # a metrics file: about a million steps of MaxText's records
 LOCK = ".moekit.lock"
 # Top-level outputs of one attempt (per process: metrics.1.jsonl, maxtext.1.log, ...).
 ATTEMPT_FILES = ("metrics*.jsonl", "events*.jsonl", "maxtext*.log", "stacks*.txt", "stop.json")
@@ -127,7 +129,7 @@ def set_aside(run: Path) -> int:
 
 def latest_checkpoint(run: Path, run_name: str) -> int | None:
     """Step of the newest committed Orbax checkpoint (unfinished saves have non-numeric names)."""
-    folder = run / run_name / "checkpoints"
+    folder = rundir.confined(run, Path(run_name) / "checkpoints")  # a link there would resume from elsewhere
     steps = [int(p.name) for p in folder.iterdir() if p.is_dir() and p.name.isdigit()] if folder.is_dir() else []
     return max(steps, default=None)
 
@@ -135,15 +137,17 @@ def latest_checkpoint(run: Path, run_name: str) -> int | None:
 def _records(path: Path) -> list[dict]:
     """Per-step records of one file; a line cut off by a kill (or otherwise unreadable) is skipped."""
     out = []
-    if not path.is_file():
+    try:
+        with bounded.lines(path, METRICS_MAX_BYTES, "metrics file") as lines:  # streamed, one line at a time
+            for line in lines:
+                try:
+                    row = parse.json_line(line, str(path), finite=False)  # a NaN loss is kept: it is measured
+                    int(row["step"])
+                except (ValueError, KeyError, TypeError, OverflowError):  # Infinity: OverflowError
+                    continue
+                out.append(row)
+    except (OSError, bounded.TooLarge):
         return out
-    for line in path.read_text(encoding="utf8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-            int(row["step"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        out.append(row)
     return out
 
 

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from moekit import rundir
-from moekit.base import bounded
+from moekit.base import bounded, parse
 from moekit.base.errors import MoekitError
 
 RUNNING, OK, FAILED, PREEMPTED = "running", "ok", "failed", "preempted"
@@ -28,20 +26,26 @@ class Unreadable(MoekitError):
     """A record exists but cannot be read (cut short, not JSON, not a mapping)."""
 
     def __init__(self, path: Path, why: str):
-        super().__init__(f"{path} is unreadable ({why})")
+        super().__init__(f"{bounded.shown(path)} is unreadable ({why})")
         self.path, self.why = path, why
 
 
-def _mapping(path: Path, loads: Callable[[str], Any]) -> dict[str, Any] | None:
-    """The mapping in `path`; None when the file is absent; Unreadable when it is damaged."""
-    if not path.is_file():
+def _mapping(path: Path, read: Callable[..., Any], finite: bool = False) -> dict[str, Any] | None:
+    """The mapping in `path` (read with parse.json_file or parse.yaml_file; `finite`: an inf or nan is refused,
+    for records whose numbers are measurements used as such); None when the file is absent; Unreadable when it is
+    damaged, or is not a regular file (a pipe, a device)."""
+    if not path.exists() and not path.is_symlink():
         return None
     try:
-        data = loads(bounded.read_text(path, MAX_BYTES, "run record"))
+        data = read(path, MAX_BYTES, "run record", finite=finite)
     except bounded.TooLarge as exc:
         raise Unreadable(path, str(exc).split("\n")[0]) from None
-    except (OSError, ValueError, yaml.YAMLError) as exc:
-        raise Unreadable(path, str(exc)) from None
+    except parse.ParseError as exc:
+        raise Unreadable(path, str(exc).split(": ", 1)[-1]) from None
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise Unreadable(path, exc.strerror or str(exc)) from None
     if not isinstance(data, dict):
         raise Unreadable(path, "not a mapping")
     return data
@@ -113,7 +117,7 @@ class Manifest:
 def read_manifest(run: Path) -> Manifest | None:
     """The manifest of records folder `run`; None when there is none; Unreadable when it is damaged."""
     path = run / rundir.MANIFEST
-    data = _mapping(path, json.loads)
+    data = _mapping(path, parse.json_file)
     if data is None:
         return None
     if not isinstance(data.get("status"), str):
@@ -200,7 +204,7 @@ def write_summary(run: Path, summary: Summary) -> None:
 def read_summary(run: Path) -> Summary | None:
     """summary.json of `run`; None when absent or damaged (a run killed before it summarized)."""
     try:
-        data = _mapping(run / rundir.SUMMARY, json.loads)
+        data = _mapping(run / rundir.SUMMARY, parse.json_file)
     except Unreadable:
         return None
     return None if data is None else Summary.from_dict(data)
@@ -226,18 +230,18 @@ class JobRecord:
 
 def read_job(run: Path) -> JobRecord | None:
     """job.json of `run`; None when absent; Unreadable when damaged."""
-    data = _mapping(run / rundir.JOB, json.loads)
+    data = _mapping(run / rundir.JOB, parse.json_file)
     return None if data is None else JobRecord(**data)
 
 
 def read_config(run: Path) -> dict[str, Any] | None:
     """The resolved config the run used (config.yaml, redacted); None when absent; Unreadable when damaged."""
-    return _mapping(run / rundir.CONFIG, yaml.safe_load)
+    return _mapping(run / rundir.CONFIG, parse.yaml_file)
 
 
 def read_versions(run: Path) -> dict[str, Any]:
     """versions.json of `run` (python, jax, maxtext, moekit, host); empty when absent."""
-    return _mapping(run / rundir.VERSIONS, json.loads) or {}
+    return _mapping(run / rundir.VERSIONS, parse.json_file) or {}
 
 
 def write_before_launch(
@@ -257,9 +261,9 @@ def write_before_launch(
 
 def read_fabric(run: Path) -> dict[str, Any] | None:
     """fabric.json, what the fabric check measured before training (worker/fabric.py writes it); None without one."""
-    return _mapping(run / "fabric.json", json.loads)
+    return _mapping(run / "fabric.json", parse.json_file, finite=True)
 
 
 def read_profile(run: Path) -> dict[str, Any] | None:
     """profile.json, the step-time breakdown of a run trained with profile=on; None without one."""
-    return _mapping(run / rundir.PROFILE, json.loads)
+    return _mapping(run / rundir.PROFILE, parse.json_file, finite=True)

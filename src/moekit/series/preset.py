@@ -7,8 +7,9 @@ from typing import Any
 
 import yaml
 
+from moekit.base import parse
 from moekit.base.errors import MoekitError
-from moekit.config.compose import GROUPS, config_dir
+from moekit.config.compose import CONFIG_MAX_BYTES, GROUPS, config_dir
 from moekit.series import tuning
 
 
@@ -29,7 +30,8 @@ def preset_yaml(name: str, best: dict[str, Any]) -> str:
     body: dict[str, Any] = {}
     defaults: list[Any] = []
     if experiment:
-        base = yaml.safe_load((config_dir() / "experiment" / f"{experiment}.yaml").read_text()) or {}
+        path = config_dir() / "experiment" / f"{experiment}.yaml"
+        base = parse.yaml_file(path, CONFIG_MAX_BYTES, "experiment file", finite=False) or {}
         defaults = list(base.pop("defaults", []))
         body = base
     for o in overrides:
@@ -38,7 +40,7 @@ def preset_yaml(name: str, best: dict[str, Any]) -> str:
             entry = f"override /{key}"
             defaults = [d for d in defaults if not (isinstance(d, dict) and entry in d)] + [{entry: value}]
         elif key != "experiment":
-            tuning.set_dotted(body, key, yaml.safe_load(value))
+            tuning.set_dotted(body, key, parse.yaml_text(value, f"override {key}", finite=False))
     v = best.get("versions") or {}
     body["experiment_name"] = name
     gpu = _platform(Path(best["run_dir"])) == "gpu" and bool(best.get("tflops_per_device"))

@@ -8,7 +8,6 @@ every series gets the same record (status, failure class, summary numbers).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -20,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from moekit import rundir
-from moekit.base import failures
+from moekit.base import bounded, failures, parse
+from moekit.base.errors import MoekitError
 from moekit.observe.reports import comparable
 from moekit.rundir import records
 from moekit.series import tuning
 
 # MaxText's compile-time memory estimate line (max_utils.print_compiled_memory_stats).
+JSON_MAX_BYTES = 64 * bounded.MiB  # a run record is far smaller
 _ESTIMATE = re.compile(r"\[train\] Total estimated memory size: ([\d.]+) GB")
 
 
@@ -177,15 +178,17 @@ def _reap(run_dir: Path) -> None:
 
 
 def _tail(path: Path, size: int = 20_000) -> str:
-    if not path.is_file():
+    try:
+        with bounded.open_regular(path, None, "log") as fh:  # one handle: its size from fstat, then its tail
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - size))
+            return fh.read(size).decode("utf8", errors="replace")
+    except (OSError, MoekitError):
         return ""
-    with open(path, "rb") as fh:
-        fh.seek(max(0, path.stat().st_size - size))
-        return fh.read().decode("utf8", errors="replace")
 
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = parse.json_file(path, JSON_MAX_BYTES, "run record", finite=False)
+    except (OSError, MoekitError):
         return {}
+    return data if isinstance(data, dict) else {}

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from moekit.base import parse
 from moekit.config.kinds.hardware import link_table
 from moekit.translate import fabric_verdict as fv
 
@@ -344,7 +345,11 @@ def measure(spec: dict[str, Any], environ: dict[str, str]) -> dict[str, Any]:
         record["partial"] = mine  # what this process measured before the check stopped
         _fail(exc.problems, record, spec, rank)
     meet.publish("result", json.dumps(mine))
-    everyone = {r: json.loads(v) for r, v in meet.gather("result").items()} if n > 1 else {0: mine}
+    everyone = (
+        {r: parse.json_text(v, f"rank {r}'s fabric result") for r, v in meet.gather("result").items()}
+        if n > 1
+        else {0: mine}
+    )
     if rank == 0:
         _judge_all(plan, mine, everyone, meet, spec, record)
     record["checked"] = ", ".join(f"{c.name} over {'+'.join(c.axes)}" for c in plan)
@@ -495,7 +500,7 @@ def phase(environ: dict[str, str]) -> bool:
     raw = environ.get(FABRIC_ENV)
     if not raw:
         return True
-    spec = json.loads(raw)
+    spec = parse.json_text(raw, FABRIC_ENV, finite=False)
     if spec["mode"] == "off":
         return True
     import jax

@@ -20,6 +20,7 @@ from collections.abc import Collection, Sequence
 
 import yaml
 
+from moekit.base import parse
 from moekit.base.failures import JOINED, JOINING
 from moekit.base.redact import is_secret_name
 from moekit.config.kinds.backends import BACKENDS
@@ -266,7 +267,9 @@ def main() -> None:
     quiet_grain_shutdown(sys.argv)
     if not fabric.phase(dict(os.environ)):  # the job's collectives checked and timed before MaxText builds the model
         return  # fabric.only: the check was the job
-    secret = json.loads(os.environ.pop(SECRET_ARGS, "[]"))  # not inherited by what MaxText starts
+    secret = parse.json_text(
+        os.environ.pop(SECRET_ARGS, "[]"), SECRET_ARGS, finite=False
+    )  # not inherited by what MaxText starts
     for name in maxtext_env_overrides([*sys.argv[2:], *secret]):  # the command line wins (translate/env.py)
         os.environ.pop(name, None)
     # sys.argv lives in this process's memory: what ps and /proc/PID/cmdline show stays the original argv.

@@ -30,6 +30,8 @@ import threading
 import time
 from typing import Any
 
+from moekit.base import parse
+from moekit.base.errors import MoekitError
 from moekit.observe.runs import events as ev
 
 _lock = threading.Lock()
@@ -175,12 +177,14 @@ def _stop_here(step: int) -> None:
     if _stopping is not None or _stop_file is None:
         return
     if _stop_at is None:
-        try:
-            with open(_stop_file, "rb") as fh:
-                _stop_at = int(json.loads(fh.read(STOP_READ_BYTES))["step"])
+        try:  # one non-blocking open, no link followed: a pipe or device planted there is refused, never waited on
+            step_at = parse.json_file(_stop_file, STOP_READ_BYTES, "stop flag", follow=False)["step"]
+            if isinstance(step_at, bool) or not isinstance(step_at, int):
+                return
+            _stop_at = step_at
         except FileNotFoundError:
             return
-        except (OSError, ValueError, KeyError, TypeError):  # half written: read again at the next boundary
+        except (OSError, ValueError, KeyError, TypeError, MoekitError):  # half written: read again next boundary
             return
     if step >= _stop_at:
         _stopping = step

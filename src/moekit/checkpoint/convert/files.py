@@ -7,11 +7,11 @@ must not override a weight without a word). A file that is empty, cut short or d
 
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 from typing import Any
 
+from moekit.base import bounded, parse
 from moekit.checkpoint.model.hf import CheckpointError, HfCheckpoint
 from moekit.checkpoint.model.hf_config import checked
 
@@ -22,16 +22,14 @@ INDEX = "model.safetensors.index.json"
 
 
 def _json(path: Path, limit: int, what: str) -> Any:
-    if not path.is_file():
-        raise CheckpointError(f"{path}: not a regular file: a {what} is expected")
-    with path.open("rb") as f:
-        data = f.read(limit + 1)  # bounded whatever stat says (a device or a growing file)
-    if len(data) > limit:
-        raise CheckpointError(f"{path}: more than the {limit:,} bytes a {what} may have: not a {what}")
     try:
-        return json.loads(data.decode("utf8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:  # RecursionError: nested too deep
-        raise CheckpointError(f"{path}: not valid JSON ({e}): replace the file") from None
+        return parse.json_file(path, limit, what, finite=False)  # one open, bounded: a device or pipe is refused
+    except OSError as e:
+        raise CheckpointError(f"{bounded.shown(path)}: cannot read it ({e.strerror}): a {what} is expected") from None
+    except bounded.TooLarge as e:
+        raise CheckpointError(str(e).splitlines()[0]) from None
+    except parse.ParseError as e:
+        raise CheckpointError(f"{e}: replace the file") from None
 
 
 def _header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -40,8 +38,11 @@ def _header(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
 
     size = path.stat().st_size
     damaged = f"{path}: not a complete safetensors file ({{}}): copy or download it again"
-    with path.open("rb") as f:
-        head = f.read(8)
+    try:
+        with bounded.open_regular(path, None, "safetensors file") as f:  # a pipe or device is refused, not read
+            head = f.read(8)
+    except (OSError, bounded.TooLarge) as e:
+        raise CheckpointError(f"{bounded.shown(path)}: {str(e).splitlines()[0]}") from None
     if len(head) < 8:
         raise CheckpointError(damaged.format(f"{size} bytes, shorter than the 8-byte header length"))
     (n,) = struct.unpack("<Q", head)

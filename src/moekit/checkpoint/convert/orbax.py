@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from moekit.base import parse
+from moekit.base.errors import MoekitError
 from moekit.base.progress import Progress
 from moekit.checkpoint.model.hf import CheckpointError, HfCheckpoint
 from moekit.config.checks.checkpoint import ITEMS, RECORD
@@ -53,6 +55,18 @@ def _as_created(path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     path.chmod(0o666 & ~umask)
+
+
+def _import_record(path: Path) -> dict[str, Any]:
+    """An import's record (moekit-import.json) beside a checkpoint; empty when absent; CheckpointError when it is
+    not one (read once, bounded: a pipe or a huge file is refused)."""
+    if not path.exists():
+        return {}
+    try:
+        record = parse.json_file(path, 16 << 20, "checkpoint import record", finite=False)
+    except (OSError, MoekitError) as exc:
+        raise CheckpointError(f"{str(exc).splitlines()[0]}: import the Hugging Face checkpoint again") from None
+    return record if isinstance(record, dict) else {}
 
 
 @dataclass(slots=True)
@@ -298,7 +312,7 @@ def export_checkpoint(
 
     start = time.monotonic()
     items = ckpt_dir / ITEMS if (ckpt_dir / ITEMS).is_dir() else ckpt_dir / "items"
-    record = json.loads((ckpt_dir / RECORD).read_text()) if (ckpt_dir / RECORD).is_file() else {}
+    record = _import_record(ckpt_dir / RECORD)
     dtype = record.get("dtype", "float32")
     config = _pyconfig([*maxtext_args, f"load_parameters_path={items}", f"weight_dtype={dtype}"])
     maps = th._get_model_mappings(mapping_key, config.scan_layers, dict(hf_config), config)

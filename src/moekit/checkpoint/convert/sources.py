@@ -3,10 +3,11 @@ of the run that saved the checkpoint (`<run.dir>/<run.name>/checkpoints/<step>`)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from moekit.base import parse
+from moekit.base.errors import MoekitError
 from moekit.base.maxtext_files import model_values
 from moekit.checkpoint.convert.orbax import published_config
 from moekit.checkpoint.model.architecture import hf_model_type
@@ -24,13 +25,11 @@ RECORD_BYTES = 64 * 2**20  # moekit-import.json: the config.json (bounded at 4 M
 def import_record(folder: Path) -> dict[str, Any] | None:
     """moekit-import.json of an imported checkpoint; None when the folder has none."""
     path = folder / RECORD
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return None
-    with path.open("rb") as f:
-        data = f.read(RECORD_BYTES + 1)
     try:
-        record = json.loads(data) if len(data) <= RECORD_BYTES else None
-    except (ValueError, RecursionError):
+        record = parse.json_file(path, RECORD_BYTES, "checkpoint import record", finite=False)
+    except (OSError, MoekitError):
         record = None
     if not isinstance(record, dict) or not {"family", "overrides", "hf_config", "mapping"} <= set(record):
         raise CheckpointError(f"{path} is damaged or not moekit's: import the Hugging Face checkpoint again")

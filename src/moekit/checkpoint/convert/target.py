@@ -13,8 +13,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from moekit.checkpoint.model.hf import CheckpointError
+from moekit.rundir import claims
 
-MARKER = "moekit-partial"  # written first into every <out>.partial moekit makes
+MARKER = claims.MARKER  # the claim every <out>.partial moekit makes holds while it is written
 
 
 def partial(out: Path) -> Path:
@@ -23,39 +24,36 @@ def partial(out: Path) -> Path:
 
 
 def check(out: Path, verb: str) -> None:
-    """Refuse `out` before anything is read: it exists, or its .partial is a link, a file or holds other files."""
+    """Refuse `out` before anything is read: it exists, or its .partial is a link, a file, holds other files, or is
+    another conversion's that is running (or whose end cannot be proven: its writer is on another host)."""
     if out.exists() or out.is_symlink():
         raise CheckpointError(f"{out} exists: {verb} writes a new folder; choose another --out or move it away")
-    tmp = partial(out)
-    if tmp.is_symlink():
-        raise CheckpointError(
-            f"{tmp} is a symbolic link: moekit writes no checkpoint through it; remove the link or choose another --out"
-        )
-    if tmp.exists() and not (tmp.is_dir() and (tmp / MARKER).is_file()):
-        raise CheckpointError(
-            f"{tmp} exists and moekit did not make it (no {MARKER} file in it): move it away or choose another --out"
-        )
+    found = claims.state(partial(out))
+    if found.kind not in ("absent", "stale"):
+        raise CheckpointError(claims.refusal(partial(out), found, "checkpoint"))
 
 
 @contextmanager
 def writing(out: Path, verb: str) -> Iterator[Path]:
-    """The empty `<out>.partial` to write into; renamed to `out` when the block ends, removed when it fails."""
+    """The empty `<out>.partial` to write into, claimed for this conversion (rundir/claims.py: a live one of another
+    moekit is never removed, a dead one's is); renamed to `out` when the block ends, removed when it fails."""
     check(out, verb)
     tmp = partial(out)
     try:
-        if tmp.exists():
-            shutil.rmtree(tmp)  # an earlier conversion's leftover: it holds the marker
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp.mkdir()
-        (tmp / MARKER).write_text("a conversion by moekit writes here; renamed when it is complete\n")
+        with claims.claimed(tmp, "checkpoint") as held:
+            yield tmp
+            held.release()  # the marker goes before the folder takes its name
+            try:
+                tmp.rename(out)
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+    except claims.Claimed as e:
+        raise CheckpointError(str(e)) from None
     except OSError as e:
+        if out.exists() or tmp.exists():
+            raise
         raise CheckpointError(
             f"cannot write {tmp} ({e.strerror or e}): choose an --out in a folder you can write"
         ) from None
-    try:
-        yield tmp
-        (tmp / MARKER).unlink()
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise

@@ -12,8 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from moekit.base import bounded, parse
 from moekit.base.errors import ConfigError
 
 MAX_BYTES = 1 << 20  # a hardware row or the link table is a page of YAML; anything larger is not one
@@ -22,16 +21,13 @@ MAX_BYTES = 1 << 20  # a hardware row or the link table is a page of YAML; anyth
 def read_yaml(path: Path, what: str) -> Any:
     """A small YAML file (at most MAX_BYTES), parsed; a larger or unreadable one is a ConfigError naming it."""
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_BYTES + 1)
+        return parse.yaml_file(path, MAX_BYTES, what)
+    except bounded.TooLarge as exc:
+        raise ConfigError(f"{what} {str(exc).splitlines()[0]}; give the file itself") from None
+    except parse.ParseError as exc:
+        raise ConfigError(f"{what} {exc}") from None
     except OSError as exc:
-        raise ConfigError(f"{what} {path}: cannot read it ({exc.strerror})") from None
-    if len(raw) > MAX_BYTES:
-        raise ConfigError(f"{what} {path}: larger than {MAX_BYTES:,} bytes, so not one; give the file itself")
-    try:
-        return yaml.load(raw, getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml where present: fast
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{what} {path}: not valid YAML ({exc})") from None
+        raise ConfigError(f"{what} {bounded.shown(path)}: cannot read it ({exc.strerror})") from None
 
 
 @cache

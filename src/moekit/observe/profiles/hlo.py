@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from moekit.base import bounded
+
 AFTER_OPTIMIZATIONS = "after_optimizations.txt"  # module_<id>.<name>.<backend>_after_optimizations.txt
 THUNK_SEQUENCE = "thunk_sequence_after_thunk_passes.txt"  # module_<id>.<name>.<this>: XLA:GPU's thunks, nested
 THUNK_METADATA = "thunk_metadata.txt"  # module_<id>.<name>.<this>: each thunk's id and instruction
@@ -41,6 +43,9 @@ class Instruction:
     """Opcodes inside the computations it calls (a fusion's body, a while loop's body), transitively."""
     target: str = ""
     """custom_call_target of a custom call (__cublas$gemm, __cudnn$fmha..., mosaic_gpu, ...)."""
+
+
+DUMP_MAX_BYTES = 2 << 30  # an XLA dump of a large model's train step is tens of MB
 
 
 def _skip_shape(text: str) -> str:
@@ -223,4 +228,9 @@ def find_thunks(dump: Path) -> tuple[Path, Path] | None:
 def load(folder: Path, module: str, program_id: int | None) -> dict[str, Instruction]:
     """The instructions of one module from a dump folder; empty when XLA dumped nothing (nothing to classify by)."""
     path = find_dump(folder, module, program_id)
-    return parse(path.read_text(encoding="utf8", errors="replace")) if path else {}
+    return parse(read(path)) if path else {}
+
+
+def read(path: Path) -> str:
+    """A dump file's text, within DUMP_MAX_BYTES (bounded: one open, a regular file)."""
+    return bounded.read_text(path, DUMP_MAX_BYTES, "XLA dump file", errors="replace")

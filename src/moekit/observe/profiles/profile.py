@@ -219,11 +219,11 @@ def analyze(run: Path, first_step: int, expected: int, metric_step_times: dict[i
         for module, program in {(e.module, e.program_id) for e in events if e.module}:
             found = hlo.find_dump(folder, module, program)
             if found and module not in tables:
-                tables[module] = hlo.parse(found.read_text(encoding="utf8", errors="replace"))
+                tables[module] = hlo.parse(hlo.read(found))
                 dumps.append(str(found))
                 thunks = hlo.find_thunks(found)
                 if thunks:
-                    buffers[module] = hlo.command_buffer_gemms(*(p.read_text(errors="replace") for p in thunks))
+                    buffers[module] = hlo.command_buffer_gemms(*(hlo.read(p) for p in thunks))
         by_device: dict[str, list[Event]] = defaultdict(list)
         for e in events:
             by_device[e.device].append(e)

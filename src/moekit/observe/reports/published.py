@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib import resources
 from typing import Any
 
-import yaml
+from moekit.base import parse
 
 REQUIRED = ("id", "source", "model", "hardware", "tflops_per_gpu")
 
@@ -13,7 +13,7 @@ REQUIRED = ("id", "source", "model", "hardware", "tflops_per_gpu")
 def load() -> list[dict[str, Any]]:
     """The entries of the packaged data file; each one names its source (checked here, so none slips in bare)."""
     text = resources.files("moekit").joinpath("data/published.yaml").read_text(encoding="utf8")
-    entries = yaml.safe_load(text) or []
+    entries = parse.yaml_text(text, "published.yaml") or []
     for e in entries:
         missing = [k for k in REQUIRED if not e.get(k)]
         if missing:

@@ -18,11 +18,12 @@ attempts/<n>/ with its metrics (rundir/attempts.py). This module reads them; ste
 
 from __future__ import annotations
 
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from moekit.base import bounded
+from moekit.base.parse import json_line
 
 FILE = "events.jsonl"
 ENV = "MOEKIT_EVENTS"  # the file a training process appends its events to
@@ -55,14 +56,14 @@ class Events:
         return bool(self.step_end)
 
 
-def parse(lines: list[str]) -> Events:
+def parse(lines: Iterable[str] | Iterable[bytes]) -> Events:
     """Events from the lines of an events file; a line cut off by a kill (or otherwise unreadable) is skipped."""
     ends: dict[int, float] = {}
     spans: list[tuple[str, float, float, int | None]] = []
     stopped = None
     for line in lines:
         try:
-            e = json.loads(line)
+            e = json_line(line)
             kind = e["event"]
             if kind == STEP_END:
                 ends[int(e["step"])] = float(e["t"])
@@ -73,50 +74,60 @@ def parse(lines: list[str]) -> Events:
                 spans.append((kind, float(e["t"]), float(e["t"]), None))
             elif kind == STOP:
                 stopped = int(e["step"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             continue
     return Events(ends, spans, stopped)
 
 
-def last_io(lines: list[str]) -> tuple[str, float, bool] | None:
+def last_io(lines: Iterable[str] | Iterable[bytes]) -> tuple[str, float, bool] | None:
     """The last checkpoint save or restore in the lines of a process's events file: (save or restore, the wall
     time it began or, once it ended, ended, whether it is still under way); None when there is none. The stall
     watchdog waits for such I/O and counts from its end."""
     last: tuple[str, float, bool] | None = None
     for line in lines:
         try:
-            e = json.loads(line)
+            e = json_line(line)
             kind = e["event"]
             if kind in _ENDED_BY:
                 last = (_ENDED_BY[kind], float(e["t"]), True)
             elif kind in (SAVE, RESTORE):
                 last = (kind, float(e["end"]), False)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             continue
     return last
 
 
-def span(lines: list[str]) -> tuple[float, float] | None:
+def span(lines: Iterable[str] | Iterable[bytes]) -> tuple[float, float] | None:
     """The first and the last wall time in the lines of an events file (any event's `t`, `start` or `end`); None
     when there is none. A killed attempt's wall time is at least their difference."""
     times = []
     for line in lines:
         try:
-            e = json.loads(line)
+            e = json_line(line)
             times += [float(e[k]) for k in ("t", "start", "end") if k in e]
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             continue
     return (min(times), max(times)) if times else None
+
+
+def lines(path: Path) -> list[bytes]:
+    """The lines of an events file, read within MAX_BYTES from one handle; empty when it cannot be read (absent,
+    not a regular file: a pipe planted there never blocks the reader)."""
+    try:
+        with bounded.lines(path, MAX_BYTES, "run's events file") as found:
+            return list(found)
+    except (OSError, bounded.TooLarge):
+        return []
 
 
 def read(path: Path) -> Events:
     """The events of one file; empty when there is none (a run made before moekit recorded events); TooLarge when
     it holds more than MAX_BYTES or is not a regular file."""
     try:
-        text = bounded.read_text(path, MAX_BYTES, "run's events file", errors="replace")
+        with bounded.lines(path, MAX_BYTES, "run's events file") as lines:
+            return parse(lines)  # type: ignore[arg-type]  (bytes lines: json_line takes either)
     except OSError:
         return Events({}, [])
-    return parse(text.splitlines())
 
 
 def per_attempt(run: Path, attempts_dir: str = "attempts", last: int | None = None) -> dict[int, Events]:

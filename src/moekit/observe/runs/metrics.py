@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from moekit.base import bounded
 from moekit.base.errors import MoekitError
+from moekit.base.parse import json_line
 
 # The most a metrics file may hold: about a million steps of MaxText's records (a few hundred bytes each).
 MAX_BYTES = 512 * bounded.MiB
@@ -33,30 +34,39 @@ def read(path: Path, steps: int | None = None) -> Metrics:
     other unreadable line raises MetricsError, as does a missing file, one larger than MAX_BYTES and a step that is
     not a whole number in 0 .. `steps` - 1 (`steps`: the run's planned train.steps, when known) — a step number is
     checked before anything is sized by it."""
-    if not path.is_file():
-        raise MetricsError(f"no metrics file at {path}: the run wrote no step (see its maxtext.log).")
-    try:
-        text = bounded.read_text(path, MAX_BYTES, "metrics file", errors="replace")
-    except OSError as exc:
-        raise MetricsError(f"cannot read {path} ({exc.strerror}); fix its permissions or give another run.") from None
-    lines = text.splitlines()
     by_step: dict[int, dict] = {}
     truncated = False
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            step = _step(row["step"], steps)
-        except (ValueError, KeyError, TypeError) as exc:
-            if i == len(lines) - 1 and not text.endswith("\n"):
-                truncated = True
-                continue
-            raise MetricsError(
-                f"{path}:{i + 1} is not a MaxText metrics record ({exc}); the file is corrupt or not this run's. "
-                "Fix: report on directories made by `moekit train` (or train the run again)."
-            ) from None
-        by_step[step] = row
+    pending: str | None = None  # an unreadable line without its newline: a cut-off tail if nothing follows
+    try:
+        with bounded.lines(path, MAX_BYTES, "metrics file") as lines:  # streamed: one line held at a time
+            for i, line in enumerate(lines):
+                if pending is not None:
+                    raise MetricsError(pending)
+                if not line.strip():
+                    continue
+                try:
+                    row = json_line(line, str(path), finite=False)  # a NaN loss is a measurement: kept
+                    step = _step(row["step"], steps)
+                except (ValueError, KeyError, TypeError) as exc:
+                    why = (
+                        f"{bounded.shown(path)}:{i + 1} is not a MaxText metrics record "
+                        f"({str(exc).split(': ', 1)[-1][:200]}); the file is corrupt or not this run's. "
+                        "Fix: report on directories made by `moekit train` (or train the run again)."
+                    )
+                    if line.endswith(b"\n"):
+                        raise MetricsError(why) from None
+                    pending = why
+                    continue
+                by_step[step] = {sys.intern(k): v for k, v in row.items()}  # one copy of each key name
+    except FileNotFoundError:
+        raise MetricsError(
+            f"no metrics file at {bounded.shown(path)}: the run wrote no step (see its maxtext.log)."
+        ) from None
+    except OSError as exc:
+        raise MetricsError(
+            f"cannot read {bounded.shown(path)} ({exc.strerror}); fix its permissions or give another run."
+        ) from None
+    truncated = pending is not None
     return Metrics([by_step[s] for s in sorted(by_step)], truncated, path)
 
 
