@@ -293,13 +293,11 @@ def found_text(cfg: Config, found: Found) -> str:
 def _counted_with(cfg: Config, found: Found) -> str:
     """A note when the files are shards `moekit data prepare` counted with another tokenizer than this run's: its
     token count is not this run's."""
-    from moekit.base import bounded
-
     folder = Path(found.files[0]).parent if found.files else None
     if folder is None or not (folder / "corpus.json").is_file():
         return ""
     try:
-        record = json.loads(bounded.read_text(folder / "corpus.json", 16 * 2**20, "corpus.json"))
+        record = parse.json_file(folder / "corpus.json", 16 * 2**20, "corpus.json")
         counted, tokens = str(record["tokenizer"]), int(record["tokens"])
     except (OSError, ValueError, TypeError, KeyError, bounded.TooLarge):
         return ""

@@ -306,6 +306,14 @@ def check_out(out: Path) -> None:
         )
 
 
+def _check_options(options: Options) -> None:
+    """Refuse options no preparation can use (PrepareError)."""
+    if options.format not in FORMATS:
+        raise PrepareError(f"--format {options.format}: one of {', '.join(FORMATS)}")
+    if options.chunk_bytes < 64 or options.shards < 1:
+        raise PrepareError("--chunk-bytes must be at least 64 and --shards at least 1")
+
+
 def prepare(
     files: Sequence[Path],
     out: Path,
@@ -320,10 +328,7 @@ def prepare(
     `source` and `extra` go into corpus.json as given. A file that is not UTF-8 stops the preparation, or with
     `skip_undecodable` is left out and named in corpus.json's `skipped`.
     """
-    if options.format not in FORMATS:
-        raise PrepareError(f"--format {options.format}: one of {', '.join(FORMATS)}")
-    if options.chunk_bytes < 64 or options.shards < 1:
-        raise PrepareError("--chunk-bytes must be at least 64 and --shards at least 1")
+    _check_options(options)
     check_out(out)
     count, vocab, _ = token_counter(options.tokenizer, options.tokenizer_type)
     docs: list[str] = []
