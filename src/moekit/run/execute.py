@@ -29,7 +29,7 @@ from moekit.base import console, failures, ports, redact
 from moekit.base.versions import versions
 from moekit.config.schema import Cluster, Config
 from moekit.observe.profiles import profile
-from moekit.observe.runs import events, metrics, progress, summary
+from moekit.observe.runs import events, metrics, progress, routing, summary
 from moekit.preflight import host as preflight
 from moekit.prepare import corpus
 from moekit.run import checkpoints, compiling, host_load, launch, preemption, view, watchdog
@@ -254,10 +254,13 @@ def _before_launch(ctx: _Run, previous: records.Manifest | None, now: datetime) 
     cfg, run, names = ctx.cfg, ctx.run, view.secret_names(ctx.cfg)
     with rundir.records_before_launch(run):
         attempt = attempts.set_aside(run)
+    aside = checkpoints.known(previous)  # incomplete saves and saves after a NaN: set aside before the resume
+    checkpoints.screen_into(aside, ctx.root, run, cfg.run_name, int(ctx.procs[0].get(rz.PROCESS_ID, 0)) == 0)
     resume_step = attempts.latest_checkpoint(ctx.root, cfg.run_name)
     pids = [int(p.get(rz.PROCESS_ID, 0)) for p in ctx.procs]
-    for name in (rundir.METRICS, rundir.LOG, events.FILE, watchdog.STACKS, events.STOP_FILE):  # before anything is
-        for pid in pids:  # written: a link planted where a log or record goes would carry it out of the run dir
+    # Before anything is written: a link planted where a log or record goes would carry it out of the run dir.
+    for name in (rundir.METRICS, rundir.LOG, events.FILE, watchdog.STACKS, events.STOP_FILE, routing.FILE):
+        for pid in pids:
             rundir.confined(run, run / jobmod.per_process(name, pid))
     job = jobmod.build(cfg, str(ctx.root), str(run / rundir.METRICS))  # one checkpoint set for all launchers
     shown = view.describe(cfg, view.redacted_job(job, names), ctx.procs)
@@ -277,6 +280,7 @@ def _before_launch(ctx: _Run, previous: records.Manifest | None, now: datetime) 
         attempt=attempt,
         resumed_from_checkpoint=resume_step,
         attempts=history,
+        extra=dict(aside.extra),
     )
     with rundir.records_before_launch(run):  # a full disk or a vanished folder stops here, before any launch
         records.write_before_launch(run, ctx.config_view, job_record, vers, manifest, ctx.scrub)
@@ -321,6 +325,8 @@ def _verdict(ctx: _Run, prep: _Prepared, done: _Launched) -> _Verdict:
     # launcher of another node holds no process 0 and so no metrics.jsonl).
     last = preemption.last_step(run / jobmod.per_process(rundir.METRICS, int(ctx.procs[0].get(rz.PROCESS_ID, 0))))
     _survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
+    screen = (prep.manifest, ctx.root, run, cfg.run_name, int(ctx.procs[0].get(rz.PROCESS_ID, 0)) == 0)
+    _survive(unrecorded, "the checkpoints set aside", checkpoints.screen_into, *screen)  # saves after a NaN
     saved = attempts.latest_checkpoint(ctx.root, cfg.run_name)
     began = [
         t for kind, t, _, step in events.read(run / events.FILE).intervals if kind == events.SAVE and step == saved
@@ -403,7 +409,7 @@ def _record(ctx: _Run, prep: _Prepared, done: _Launched, verdict: _Verdict) -> t
         wall_s=wall["wall_s"],
         wall_s_lower_bound=wall["lower_bound"],
         wall_s_attempts=walls,
-        stats=stats or {},
+        stats=(stats or {}) | checkpoints.summary_notes(manifest) | routing.summary_section(run, cfg.run.routing_every),
     )
     _survive(verdict.unrecorded, rundir.SUMMARY, records.write_summary, run, record)
     _record_outcome(manifest, done.outcome, verdict, wall, own)
@@ -474,6 +480,8 @@ def _specs(ctx: _Run, job: jobmod.Job, names: list[str]) -> list[launch.ProcessS
         env |= {worker.STACKS: str(ctx.run / jobmod.per_process(watchdog.STACKS, pid))}
         env |= {events.ENV: str(ctx.run / jobmod.per_process(events.FILE, pid))}
         env |= {events.STOP_ENV: str(ctx.run / events.STOP_FILE)}
+        env |= {routing.ENV: str(ctx.run / jobmod.per_process(routing.FILE, pid))}  # the routing load (sampled)
+        env |= {routing.EVERY_ENV: str(ctx.cfg.run.routing_every)}
         env |= {worker.PREEMPTIBLE: "1"} if ctx.cfg.checkpoint.every else {}
         specs.append(launch.ProcessSpec(argv, env, log))
     return specs

@@ -16,6 +16,7 @@ from typing import Any
 
 from moekit import rundir
 from moekit.observe.profiles.profile_rules import BUCKETS
+from moekit.observe.reports import routing_plot
 from moekit.observe.runs import summary
 from moekit.observe.runs.metrics import series
 from moekit.observe.runs.rundata import Run
@@ -24,6 +25,7 @@ STEP_TIME_PNG = "step_time.png"
 TFLOPS_PNG = "tflops.png"
 LOSS_PNG = "loss.png"
 BREAKDOWN_PNG = "breakdown.png"
+ROUTING_PNG = "routing.png"
 
 
 def _pyplot():
@@ -192,6 +194,12 @@ PLOTS: tuple[Plot, ...] = (
     Plot(TFLOPS_PNG, "steady TFLOP/s per device per run, min-max bars", _tflops),
     Plot(LOSS_PNG, "training loss per step", _loss),
     Plot(BREAKDOWN_PNG, "where the step time goes, per profiled run (profile=on)", _breakdown, _profiled),
+    Plot(
+        ROUTING_PNG,
+        "routing load: busiest expert over the mean, per MoE layer, at sampled steps",
+        routing_plot.draw,
+        routing_plot.recorded,
+    ),
 )
 
 
