@@ -77,3 +77,46 @@ def test_records_of_one_step_add_up_and_bad_lines_are_skipped(tmp_path):
     assert section["max_over_mean"] == {"median": 1.5, "max": 2.0, "min": 1.0}
     assert section["per_layer"]["moe[1]"]["busiest_share"]["max"] == 1.0
     assert "rank_max_over_mean" not in section
+
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _check_recorded(run, steps: list[int], layers: int = 3, experts: int = 8, assignments: int = 512) -> dict:
+    """The run's routing records: the sampled steps, every MoE layer's counts (smoke: 3 MoE layers of 8 experts;
+    2 sequences x 128 tokens x top-2 = 512 assignments a step), and its summary section."""
+    records = routing.read(run / routing.FILE)
+    assert sorted(records) == steps, records.keys()
+    for rec in records.values():
+        assert len(rec["layers"]) == layers and rec["ep"] == 1
+        assert all(len(c) == experts and sum(c) == assignments for c in rec["counts"]), rec["counts"]
+    section = json.loads((run / "summary.json").read_text())[routing.KEY]
+    assert section["sampled_steps"] == steps and section["experts"] == experts and section["moe_layers"] == layers
+    assert 1.0 <= section["max_over_mean"]["median"] <= experts
+    return records
+
+
+@pytest.mark.integration
+def test_ragged_dot_and_dense_runs_record_their_routing_and_the_report_draws_it(smoke_sweep):
+    """The shared sweep (moe=ragged_dot, moe=dense; 10 steps, run.routing_every's default 5): both record steps 0
+    and 5, and at step 0 the first MoE layer (same weights, same batch, same code before it) routes alike."""
+    folder, proc = smoke_sweep
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ragged, dense = (_check_recorded(folder / str(i), [0, 5]) for i in (0, 1))
+    assert ragged[0]["counts"][0] == dense[0]["counts"][0]
+    assert (folder / "routing.png").read_bytes()[:8] == PNG
+    assert "routing.png" in (folder / "report.md").read_text()
+
+
+@pytest.mark.integration
+@pytest.mark.soak
+@pytest.mark.parametrize("backend", ["tokamax", "megablox"])
+def test_the_other_dropless_back_ends_record_their_routing(tmp_path, backend):
+    """The back ends the sweep does not train (te_gmm's CPU wiring: tests/test_te_gmm.py): 2 steps, each sampled."""
+    from conftest import moekit
+
+    run = tmp_path / backend
+    command = ["train", "experiment=smoke", f"moe={backend}", "train.steps=2", "run.routing_every=1"]
+    proc = moekit(*command, f"run.dir={run}")
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    _check_recorded(run, [0, 1])

@@ -45,7 +45,7 @@ class Run(Section):
     seen so far (run/watchdog.py); 0 turns the watchdog off."""
     routing_every: int = Field(5, ge=0)
     """Steps between samples of the routing load (tokens per expert of each MoE layer, from step 0: routing.jsonl,
-    summary.json's `routing`, report's routing.png; observe/runs/routing.py); 0 records none."""
+    summary.json's `routing`, the report's routing plot; observe/runs/routing.py); 0 records none."""
 
 
 class Train(Section):

@@ -170,6 +170,16 @@ def _breakdown(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> No
     _save(plt, fig, runs, path)
 
 
+def _routing(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
+    """The routing load over steps, one panel per run that recorded it: each MoE layer's busiest expert over the
+    mean expert at the sampled steps (observe/reports/routing_plot.py)."""
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 3.2 * len(runs)), squeeze=False)
+    for ax, name, r in zip(axes[:, 0], names, runs, strict=True):
+        routing_plot.panel(ax, name, r)
+        _legend_outside(ax)
+    _save(plt, fig, runs, path)
+
+
 def _profiled(r: Run) -> bool:
     return bool((r.profile or {}).get("mean"))
 
@@ -197,7 +207,7 @@ PLOTS: tuple[Plot, ...] = (
     Plot(
         ROUTING_PNG,
         "routing load: busiest expert over the mean, per MoE layer, at sampled steps",
-        routing_plot.draw,
+        _routing,
         routing_plot.recorded,
     ),
 )

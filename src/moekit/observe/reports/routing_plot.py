@@ -3,8 +3,6 @@ the sampled steps, one panel per run (observe/runs/routing.py reads the records)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from moekit.observe.runs import routing
@@ -31,31 +29,24 @@ def _records(r: Run) -> dict[int, dict[str, Any]]:
     return dict(sorted(records.items()))
 
 
-def draw(plt: Any, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
-    """One panel per run: max/mean tokens per expert of each MoE layer over the sampled steps (1.0: balanced), and
+def panel(ax: Any, name: str, r: Run) -> None:
+    """One run's panel: max/mean tokens per expert of each MoE layer over the sampled steps (1.0: balanced), and
     with EP > 1 the busiest rank over the mean rank, dashed."""
-    from moekit.observe.reports.plots import _legend_outside, _save
-
-    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 3.2 * len(runs)), squeeze=False)
-    for ax, name, r in zip(axes[:, 0], names, runs, strict=True):
-        per_layer = routing.series(_records(r))
-        lines = list(per_layer.items())
-        if len(lines) > MAX_LINES:  # the spread over layers instead of one line each
-            steps = sorted({s for _, pts in lines for s, _ in pts})
-            by_step = {s: [ld["max_over_mean"] for _, pts in lines for t, ld in pts if t == s] for s in steps}
-            vals = {s: [v for v in vs if v is not None] for s, vs in by_step.items()}
-            ax.plot(
-                steps, [sorted(v)[len(v) // 2] if v else None for v in vals.values()], marker="o", label="median layer"
-            )
-            ax.plot(steps, [max(v) if v else None for v in vals.values()], marker="^", label="busiest layer")
-        else:
-            for layer, pts in lines:
-                ax.plot([s for s, _ in pts], [ld["max_over_mean"] for _, ld in pts], marker="o", ms=3, label=layer)
-                ranks = [(s, ld["rank_max_over_mean"]) for s, ld in pts if ld["rank_max_over_mean"] is not None]
-                if ranks:
-                    ax.plot([s for s, _ in ranks], [v for _, v in ranks], ls="--", lw=1, label=f"{layer} (EP ranks)")
-        ax.axhline(1.0, color="gray", lw=0.8, ls=":")
-        ax.set(xlabel="step", ylabel="max / mean tokens per expert", title=f"Routing load: {name}")
-        ax.grid(alpha=0.3)
-        _legend_outside(ax)
-    _save(plt, fig, runs, path)
+    lines = list(routing.series(_records(r)).items())
+    if len(lines) > MAX_LINES:  # the spread over layers instead of one line each
+        steps = sorted({s for _, pts in lines for s, _ in pts})
+        vals = {
+            s: [v for _, pts in lines for t, ld in pts if t == s and (v := ld["max_over_mean"]) is not None]
+            for s in steps
+        }
+        ax.plot(steps, [sorted(v)[len(v) // 2] if v else None for v in vals.values()], marker="o", label="median layer")
+        ax.plot(steps, [max(v) if v else None for v in vals.values()], marker="^", label="busiest layer")
+    else:
+        for layer, pts in lines:
+            ax.plot([s for s, _ in pts], [ld["max_over_mean"] for _, ld in pts], marker="o", ms=3, label=layer)
+            ranks = [(s, ld["rank_max_over_mean"]) for s, ld in pts if ld["rank_max_over_mean"] is not None]
+            if ranks:
+                ax.plot([s for s, _ in ranks], [v for _, v in ranks], ls="--", lw=1, label=f"{layer} (EP ranks)")
+    ax.axhline(1.0, color="gray", lw=0.8, ls=":")
+    ax.set(xlabel="step", ylabel="max / mean tokens per expert", title=f"Routing load: {name}")
+    ax.grid(alpha=0.3)

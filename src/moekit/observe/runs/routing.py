@@ -147,7 +147,26 @@ def summarize(records: dict[int, dict[str, Any]], every: int | None = None) -> d
     }
     if last["ep"] > 1:
         section |= {"rank_max_over_mean": pooled("rank_max_over_mean"), "rank_cv": pooled("rank_cv")}
+    section["rank_cv_by_ep"] = rank_cv_by_ep(records)
     return section
+
+
+def rank_cv_by_ep(records: dict[int, dict[str, Any]]) -> dict[str, float]:
+    """The median over layers and sampled steps of the EP ranks' load cv this routing would give at each expert
+    parallelism that divides the experts (blocks of consecutive experts per rank): what `moekit plan`'s
+    routing-imbalance term takes, measured at the layout the run had or could have had."""
+    experts = len(next(iter(records.values()))["counts"][0])
+    out = {}
+    for ep in [d for d in range(2, experts + 1) if experts % d == 0]:
+        cvs = [
+            v
+            for rec in records.values()
+            for counts in rec["counts"]
+            if len(counts) == experts and (v := load(counts, ep)["rank_cv"]) is not None
+        ]
+        if cvs:
+            out[str(ep)] = round(statistics.median(cvs), 4)
+    return out
 
 
 def summary_section(run: Path, every: int | None = None) -> dict[str, Any]:
