@@ -87,9 +87,12 @@ def test_records_of_every_attempt_are_judged_together(tmp_path):
     assert checkpoints.first_non_finite(checkpoints.recorded_rows(tmp_path)) is None
 
 
-# A learning rate this large sends the loss to inf/NaN within the first steps after warm-up (a real non-finite
-# loss, not a planted one); checkpoint.every=2 leaves a save before it and saves after it.
+# A learning rate this large sends the loss to NaN at step 1, after warm-up's step 0 (a real non-finite loss, not a
+# planted one); checkpoint.every=2 leaves a save before it and saves after it. MaxText 0.2.5 stops on a NaN or inf
+# loss by default (abort_on_nan_loss), but only when it logs that step, after the next one has run and maybe saved;
+# with the stop off the run trains on and saves poisoned checkpoints every time, as marin #7271's run did.
 NAN_RUN = ["train", "experiment=smoke", "train.steps=6", "checkpoint.every=2", "train.learning_rate=1e12"]
+NAN_RUN += ["maxtext.extra.abort_on_nan_loss=false", "maxtext.extra.abort_on_inf_loss=false"]
 
 
 @pytest.mark.integration
