@@ -71,6 +71,18 @@ PRESETS: dict[str, tuple[list[str], str]] = {
         ["moe=te_gmm", "precision=fp8", "data=stdlib", "train.steps=300", "train.per_device_batch_size=2"],
         "moe=te_gmm + FP8 (expert and dense GEMMs) on real text (data=stdlib), batch 2, 300 steps",
     ),
+    # The same pair with attention that keeps documents apart: TE's fused attention with segment ids (THD) on the
+    # packed rows; cudnn_flash_jax, the twins above, attends across the documents packed before each token.
+    "te_gmm_text_thd": (
+        ["moe=te_gmm", "data=stdlib", "train.steps=300", "train.per_device_batch_size=2",
+         "maxtext.extra.attention=cudnn_flash_te", "data.max_segments_per_seq=32"],
+        "te_gmm_text with TE's fused attention, documents kept apart (THD, segment ids)",
+    ),
+    "te_gmm_fp8_text_thd": (
+        ["moe=te_gmm", "precision=fp8", "data=stdlib", "train.steps=300", "train.per_device_batch_size=2",
+         "maxtext.extra.attention=cudnn_flash_te", "data.max_segments_per_seq=32"],
+        "te_gmm_fp8_text with TE's fused attention, documents kept apart (THD, segment ids)",
+    ),
     "te_gmm_minimal": (
         ["moe=te_gmm", "memory=remat_minimal"],
         "moe=te_gmm, MaxText remat_policy=minimal (keeps the matmul outputs: less recompute, more memory)",
@@ -111,6 +123,27 @@ PRESETS: dict[str, tuple[list[str], str]] = {
          "data.max_segments_per_seq=1"],
         "moe=te_gmm FP8, batch 14, TE's fused attention, one segment per row",
     ),
+    # The attention lever (docs/performance/attention_h200.md): the survey's kernels in training at the goals' batch,
+    # against te_gmm_b10 (cuDNN flash through JAX). tokamax_mosaic is moekit's hook (moekit.attention); flash is
+    # MaxText's own GPU flash kernel (tokamax's Pallas Triton). ~maxtext.extra.attention: the proxy names its kernel
+    # there, which would override model.attention.
+    "te_gmm_mosaic_b10": (
+        ["moe=te_gmm", "train.per_device_batch_size=10", "model.attention=tokamax_mosaic", "~maxtext.extra.attention"],
+        "moe=te_gmm bf16, batch 10, tokamax's Mosaic GPU flash attention (model.attention=tokamax_mosaic)",
+    ),
+    "te_gmm_fp8_mosaic_b14": (
+        ["moe=te_gmm", "precision=fp8", "train.per_device_batch_size=14", "model.attention=tokamax_mosaic",
+         "~maxtext.extra.attention"],
+        "moe=te_gmm FP8, batch 14, tokamax's Mosaic GPU flash attention",
+    ),
+    "te_gmm_fp8_b14": (
+        ["moe=te_gmm", "precision=fp8", "train.per_device_batch_size=14"],
+        "moe=te_gmm FP8, batch 14, cuDNN flash attention through JAX (the FP8 goal's best row, run E)",
+    ),
+    "te_gmm_flash_b10": (
+        ["moe=te_gmm", "train.per_device_batch_size=10", "maxtext.extra.attention=flash"],
+        "moe=te_gmm bf16, batch 10, MaxText's GPU flash attention (tokamax's Pallas Triton kernel)",
+    ),
     # The recompute lever at batch 6 (tokens/s per device is flat from batch 6 to 12 with remat full): keep the GEMM
     # outputs so that the backward reruns no GEMM. te_gmm_b6 is their loss-check reference.
     "te_gmm_b6": (["moe=te_gmm"], "moe=te_gmm bf16, batch 6, remat full: the keep rows' reference"),
@@ -136,6 +169,7 @@ PRESETS: dict[str, tuple[list[str], str]] = {
 BF16_TWIN = {
     "te_gmm_fp8": "te_gmm",
     "te_gmm_fp8_text": "te_gmm_text",
+    "te_gmm_fp8_text_thd": "te_gmm_text_thd",
     "te_gmm_fp8_dense": "te_gmm",
     "te_gmm_fp8_dense_minimal": "te_gmm_minimal",
     "tokamax_fp8": "tokamax",

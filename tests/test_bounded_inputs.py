@@ -328,7 +328,7 @@ def test_console_lines_share_one_clock():
     phases("launching")  # +12.5 s
     line = progress.format_progress(progress.StepLine(0, 1.0, 2.0), 3, phases.elapsed())  # the same origin
     assert "(+12.5 s) launching" in stream.getvalue() and line.endswith("(30 s elapsed)"), (stream.getvalue(), line)
-    source = (REPO / "src" / "moekit" / "run" / "execute.py").read_text()
+    source = (REPO / "src" / "moekit" / "run" / "follow.py").read_text()
     assert "format_progress(s, steps, phase.elapsed(), pace)" in source  # step lines count from the command's start
 
 

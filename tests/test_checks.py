@@ -127,9 +127,11 @@ def test_ici_beyond_one_nvlink_domain_warns_with_a_fix_that_works():
 def test_gb300_experiments_get_the_network_their_layout_needs():
     for experiment in ("dsv3_blog", "dsv3_blog_1024", "dsv3_baseline", "dsv3_ladder_3_mxfp8"):
         cfg = compose(experiment)
-        assert cfg.network.name == "nvl72_ib" and warnings(cfg) == [], experiment
+        # the one warning left is the known issue of EP groups across racks (test_known_issues.py)
+        assert cfg.network.name == "nvl72_ib", experiment
+        assert [p.key for p in warnings(cfg)] == ["parallelism"] and "#2937" in warnings(cfg)[0].what, experiment
         assert cfg.network.resource_claim_template and cfg.network.resources  # NVLink across nodes + RDMA
-    bare = warnings(compose("dsv3_blog", ["network=none"]))
+    bare = [p for p in warnings(compose("dsv3_blog", ["network=none"])) if p.key != "parallelism"]
     assert {p.fix.split(" ")[0] for p in bare} == {"network=nvl72_ib", "network=ib"}
     assert any("no multi-node NVLink" in p.what for p in bare) and any("no RDMA" in p.what for p in bare)
     # One rack, one slice: everything is on NVLink, so the ComputeDomain alone is enough.

@@ -143,7 +143,7 @@ def test_data_stdlib_composes_translates_and_is_checked():
     args = build(cfg, "/r", "/r/m").maxtext_args
     assert {"dataset_type=grain", "grain_file_type=arrayrecord", "num_epoch=100"} <= set(args)
     assert not [a for a in args if a.startswith("grain_train_files")]  # known on the training host only
-    placed = corpus.located(cfg, {"MOEKIT_CACHE_DIR": "/c"})
+    placed = corpus.for_run(cfg, {"MOEKIT_CACHE_DIR": "/c"}, dry_run=True).cfg
     assert placed.data.files == "/c/corpus/" + corpus.cache_folder("stdlib", corpus.options_of(cfg), {}).name + (
         "/*.arrayrecord"
     )
@@ -157,19 +157,20 @@ def test_data_stdlib_composes_translates_and_is_checked():
 
 
 def test_a_dry_run_before_the_first_run_shows_where_the_corpus_will_be(tmp_path):
-    cfg = corpus.located(compose("smoke", ["data=stdlib"]), {"MOEKIT_CACHE_DIR": str(tmp_path)})
+    ready = corpus.for_run(compose("smoke", ["data=stdlib"]), {"MOEKIT_CACHE_DIR": str(tmp_path)}, dry_run=True)
+    cfg = ready.cfg
     found, seen = data_preflight.problems(cfg)
     assert found == [] and seen.files == [] and seen.vocab == 32000
     assert f"the stdlib corpus (prepared when the run starts: {tmp_path}/corpus/" in data_preflight.found_text(
         cfg, seen
     )
-    assert not corpus.ready(cfg, {"MOEKIT_CACHE_DIR": str(tmp_path)}) and not (tmp_path / "corpus").exists()
+    assert ready.record is None and not (tmp_path / "corpus").exists()
 
 
 def test_an_unwritable_cache_stops_before_the_corpus_is_read(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     with pytest.raises(text_shards.PrepareError, match="MOEKIT_CACHE_DIR=<a writable folder>"):
-        corpus.placed(compose("smoke", ["data=stdlib"]), {"MOEKIT_CACHE_DIR": str(tmp_path / "file" / "cache")})
+        corpus.for_run(compose("smoke", ["data=stdlib"]), {"MOEKIT_CACHE_DIR": str(tmp_path / "file" / "cache")})
 
 
 @pytest.fixture(scope="module")
@@ -368,6 +369,6 @@ def test_a_damaged_cached_corpus_is_detected_and_prepared_again(tmp_path, capsys
     data[len(data) // 2] ^= 0xFF  # one flipped byte
     shard.write_bytes(bytes(data))
     assert text_shards.damaged(out, record) == [shard.name]
-    found_out, found = corpus.ensure("stdlib", options, env)
+    found_out, found = corpus.cached("stdlib", options, env)
     assert "is damaged" in capsys.readouterr().err and found_out == out
     assert not text_shards.damaged(out, found) and found["source"].startswith("python stdlib")

@@ -14,12 +14,15 @@ Dockerfile's ENTRYPOINT, which runs when a container gives args and no command).
 (backoffLimit: 0) and the JobSet then stops every other pod (failurePolicy), as the controller does. A
 preempted (evicted) pod is deleted as the kubelet deletes one: SIGTERM to the container's PID 1, SIGKILL after
 the pod's terminationGracePeriodSeconds; its DisruptionTarget condition fails its Job through the
-podFailurePolicy, and the JobSet restarts the group under its failurePolicy rule for that reason.
+podFailurePolicy, and the JobSet restarts the group under its failurePolicy rule for that reason. A pod may
+start late or never (Pending: no node, an image pull); a failed Job's reason and message are the Job controller's, and
+the JobSet's failurePolicy rules are matched against them in order.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -35,6 +38,7 @@ import pytest
 import yaml
 
 from conftest import REPO, losses, moekit
+from moekit.base import failures
 from moekit.commands import render as render_cmd
 
 pytestmark = pytest.mark.integration
@@ -266,19 +270,39 @@ def delete_pod(pod_proc: subprocess.Popen, grace_s: float) -> float:
     return time.monotonic() - begun
 
 
-def _restarts_free(manifest: dict, reason: str) -> bool:
-    """Whether the JobSet's failurePolicy restarts a Job that failed for `reason` without spending maxRestarts."""
-    rules = manifest["spec"]["failurePolicy"].get("rules", [])
-    return any(r["action"] == "RestartJobSetAndIgnoreMaxRestarts" and reason in r["onJobFailureReasons"] for r in rules)
-
-
-def _fails_job_on_disruption(manifest: dict) -> bool:
-    """Whether a pod with the DisruptionTarget condition fails its Job (podFailurePolicy FailJob)."""
+def job_failure(manifest: dict, pod: Pod, exit_code: int | None, disrupted: bool) -> tuple[str, str]:
+    """(reason, message) of the Job that the pod failed, as the Job controller writes them: the first podFailurePolicy
+    rule that matches (FailJob: reason PodFailurePolicy), else backoffLimit 0 is exceeded."""
     job = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]
-    return any(
-        r["action"] == "FailJob" and {"type": "DisruptionTarget", "status": "True"} in r.get("onPodConditions", [])
-        for r in job.get("podFailurePolicy", {}).get("rules", [])
-    )
+    (container,) = job["template"]["spec"]["containers"]
+    where = f"{pod.namespace}/{pod.name}"
+    for i, rule in enumerate(job.get("podFailurePolicy", {}).get("rules", [])):
+        on_codes = rule.get("onExitCodes")
+        if on_codes and not disrupted and exit_code is not None and exit_code >= 0:
+            named = on_codes.get("containerName") in (None, container["name"])
+            hit = (exit_code in on_codes["values"]) == (on_codes["operator"] == "In")
+            if named and hit and rule["action"] == "FailJob":
+                return "PodFailurePolicy", (
+                    f"Container {container['name']} for pod {where} failed with exit code {exit_code} "
+                    f"matching FailJob rule at index {i}"
+                )
+        conditions = rule.get("onPodConditions", [])
+        if disrupted and {"type": "DisruptionTarget", "status": "True"} in conditions and rule["action"] == "FailJob":
+            return "PodFailurePolicy", f"Pod {where} has condition DisruptionTarget matching FailJob rule at index {i}"
+    return "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+
+
+def jobset_action(manifest: dict, reason: str, message: str) -> str:
+    """The JobSet failurePolicy's action for a failed Job: its first rule whose reasons and message patterns match,
+    else RestartJobSet (which spends maxRestarts)."""
+    for rule in manifest["spec"]["failurePolicy"].get("rules", []):
+        reasons, patterns = rule.get("onJobFailureReasons"), rule.get("onJobFailureMessagePatterns")
+        if reasons and reason not in reasons:
+            continue
+        if patterns and not any(re.search(p, message) for p in patterns):
+            continue
+        return rule["action"]
+    return "RestartJobSet"
 
 
 def run_jobset(
@@ -289,16 +313,22 @@ def run_jobset(
     controller: bool = True,
     claims: dict[str, Path] | None = None,
     evict: dict[int, Lose] | None = None,
+    late: dict[int, float] | None = None,
 ) -> Outcome:
     """Run the JobSet; pods of attempt N live in workdir/attempt<N>/<hostname>.
 
-    A failed pod fails its Job (backoffLimit: 0); the JobSet controller then deletes every Job, and with them
-    the pods still running, and recreates them (restart-attempt + 1) while restarts < maxRestarts, else the
-    JobSet has Failed. Without `controller`, survivors are left alone: they must end by themselves.
+    A failed pod fails its Job (backoffLimit: 0, or a podFailurePolicy rule); the JobSet controller then applies the
+    first failurePolicy rule that matches the Job's failure (FailJobSet, RestartJobSet...AndIgnoreMaxRestarts),
+    else restarts the set while restarts < maxRestarts: with restartStrategy BlockingRecreate it deletes every pod and
+    creates the next attempt's once they are gone (as here), else the JobSet has Failed. Without `controller`,
+    survivors are left alone: they must end by themselves.
     lose: pod index -> when that pod's node is lost (its processes killed).
     claims: PersistentVolumeClaim name -> host folder of its volume (kept across restarts).
     evict: pod index -> when that pod is preempted (deleted gracefully, with the DisruptionTarget condition).
+    late: pod index -> seconds that pod stays Pending (unscheduled, its image pulling) after the others start;
+    math.inf: it never starts.
     """
+    assert manifest["spec"]["failurePolicy"].get("restartStrategy") == "BlockingRecreate"  # what is emulated
     max_restarts = manifest["spec"]["failurePolicy"]["maxRestarts"] if controller else 0
     grace = manifest["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].get(
         "terminationGracePeriodSeconds",
@@ -309,19 +339,29 @@ def run_jobset(
         while True:
             pods = materialize(manifest, restarts)
             folder = workdir / f"attempt{restarts}"
-            codes, state = _attempt(
-                net, pods, folder, start + timeout_s, lose or {}, controller, restarts, claims, evict or {}, grace, used
+            codes, state, failed = _attempt(
+                net,
+                pods,
+                folder,
+                start + timeout_s,
+                lose or {},
+                controller,
+                restarts,
+                claims,
+                evict or {},
+                grace,
+                used,
+                late or {},
             )
-            if state == "Evicted":
-                # The evicted pod's Job failed through its podFailurePolicy (reason PodFailurePolicy).
-                free = _fails_job_on_disruption(manifest) and _restarts_free(manifest, "PodFailurePolicy")
-                state = "Failed"
-            else:
-                free = False
-            if state != "Failed" or (not free and counted >= max_restarts):
+            if state not in ("Failed", "Evicted") or failed is None:
+                break
+            reason, message = job_failure(manifest, pods[failed], codes[failed], state == "Evicted")
+            action = jobset_action(manifest, reason, message) if controller else "FailJobSet"
+            state = "Failed"
+            if action == "FailJobSet" or (action == "RestartJobSet" and counted >= max_restarts):
                 break
             restarts += 1
-            counted += 0 if free else 1
+            counted += 1 if action == "RestartJobSet" else 0
     return Outcome(codes, state, time.monotonic() - start, restarts, counted, used)
 
 
@@ -337,39 +377,54 @@ def _attempt(
     evict: dict[int, Lose] | None = None,
     grace_s: float = 30,
     grace_used: list[float] | None = None,
-) -> tuple[list[int | None], str]:
+    late: dict[int, float] | None = None,
+) -> tuple[list[int | None], str, int | None]:
+    """One attempt's pods until they end; (exit codes, state, index of the pod whose failure ended the attempt)."""
     begun = time.monotonic()
-    procs = [net.start(p, folder / p.hostname, [q.fqdn for q in pods], claims or {}) for p in pods]
-    state = "Running"
+    fqdns = [q.fqdn for q in pods]
+    procs: list[subprocess.Popen | None] = [None] * len(pods)
+
+    def start_due() -> None:
+        for i, p in enumerate(pods):
+            if procs[i] is None and time.monotonic() - begun >= (late or {}).get(i, 0):
+                procs[i] = net.start(p, folder / p.hostname, fqdns, claims or {})
+
+    start_due()
+    state, failed = "Running", None
     while state == "Running":
         time.sleep(0.5)
+        start_due()
         for i, when in lose.items():
-            if procs[i].poll() is None and when(restarts, time.monotonic() - begun):
+            if procs[i] is not None and procs[i].poll() is None and when(restarts, time.monotonic() - begun):
                 os.killpg(procs[i].pid, signal.SIGKILL)
         for i, when in (evict or {}).items():
-            if procs[i].poll() is None and when(restarts, time.monotonic() - begun):
+            if procs[i] is not None and procs[i].poll() is None and when(restarts, time.monotonic() - begun):
                 took = delete_pod(procs[i], grace_s)
                 (grace_used if grace_used is not None else []).append(took)
                 # The JobSet restart deletes every other pod of the group, gracefully too.
                 for j, other in enumerate(procs):
-                    if j != i:
+                    if j != i and other is not None:
                         delete_pod(other, grace_s)
-                state = "Evicted"
+                state, failed = "Evicted", i
         if state == "Evicted":
             break
-        codes = [p.poll() for p in procs]
+        codes = [p.poll() if p is not None else None for p in procs]
+        bad = [i for i, c in enumerate(codes) if c not in (None, 0)]
         if all(c is not None for c in codes):
-            state = "Completed" if all(c == 0 for c in codes) else "Failed"
-        elif controller and any(c not in (None, 0) for c in codes):
+            state = "Completed" if not bad else "Failed"
+        elif controller and bad:
             state = "Failed"
         elif time.monotonic() > deadline:
             state = "TimedOut"
-    for p in procs:  # pod deletion: the PID namespace goes, and every process in it
-        if p.poll() is None:
+        if bad and failed is None:
+            failed = bad[0]
+    for p in procs:  # pod deletion: the PID namespace goes, and every process in it (a pending pod never started)
+        if p is not None and p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
     for p in procs:
-        p.wait(timeout=30)
-    return [p.returncode for p in procs], state
+        if p is not None:
+            p.wait(timeout=30)
+    return [p.returncode if p is not None else None for p in procs], state, failed
 
 
 # ---------- the tests ----------
@@ -502,13 +557,60 @@ def test_a_lost_pod_ends_the_group(tmp_path):
 
     alone = run_jobset(manifest, tmp_path / "alone", timeout_s=240, lose=at_start, controller=False)
     log0 = (tmp_path / "alone" / "attempt0" / "smoke-workers-0-0" / "pod.log").read_text()
-    assert alone.jobset == "Failed" and alone.codes[0] == 1, log0[-3000:]
+    assert alone.jobset == "Failed" and alone.codes[0] == failures.RENDEZVOUS_TIMEOUT.exit_status, log0[-3000:]
     assert "training failed" in log0, log0[-3000:]
-    assert alone.seconds < 150  # start-up plus the 20 s rendezvous timeout, not the 600 s default
+    assert alone.seconds < 150  # start-up plus the 20 s rendezvous timeout, not the 1800 s default
     # ... and says why: the classified failure, in its output and in the run's manifest.
     assert "training failed: rendezvous timeout" in log0 and "troubleshooting.md#rendezvous-timeout" in log0
     (manifest0,) = (tmp_path / "alone" / "attempt0" / "smoke-workers-0-0").glob("outputs/*/*/manifest.json")
     assert json.loads(manifest0.read_text())["failure"]["class"] == "rendezvous_timeout"
+
+
+def _fabric_only_jobset(tmp_path: Path, *overrides: str) -> dict:
+    """The 2-pod smoke JobSet that runs the rendezvous and the fabric check, not MaxText (fabric.only=true)."""
+    text, _, _ = render_cmd.render(
+        ["experiment=smoke", "target=jobset", "cluster.nodes=2", "cluster.gpus_per_node=1", "fabric.only=true",
+         *overrides]
+    )  # fmt: skip
+    return yaml.safe_load(text)
+
+
+def test_a_late_coordinator_pod_is_waited_for(tmp_path):
+    """Pod 0, the coordinator, stays Pending 30 s after pod 1 started (jax-ml/jax PR #27604: Kubernetes may start pod
+    0 last). Pod 1 waits within cluster.rendezvous_timeout_s, the group joins, and nothing restarts."""
+    _needs_namespaces()
+    manifest = _fabric_only_jobset(tmp_path, "cluster.rendezvous_timeout_s=180")
+    out = run_jobset(manifest, tmp_path / "job", timeout_s=420, late={0: 30.0})
+    logs = [tmp_path / "job" / "attempt0" / f"smoke-workers-0-{i}" / "pod.log" for i in (0, 1)]
+    assert out.jobset == "Completed" and out.restarts == 0, (out.codes, [log.read_text()[-3000:] for log in logs])
+    assert out.seconds > 30
+    joined = (_run_dir(logs[0]) / "maxtext.log").read_text()  # process 0's own output: it waited, then joined
+    assert f"{failures.JOINING} at " in joined and "(timeout 180 s)" in joined and failures.JOINED in joined, joined
+
+
+def test_a_pod_that_never_starts_fails_the_jobset_instead_of_restarting_it(tmp_path):
+    """Pod 1 never leaves Pending (no node fits it). Pod 0 gives up after cluster.rendezvous_timeout_s and exits with
+    the rendezvous timeout's status; the podFailurePolicy fails the Job on that code and the JobSet's
+    RendezvousTimeout rule fails the set: no restart recreates the same unschedulable pod (maxRestarts 2 unspent)."""
+    _needs_namespaces()
+    manifest = _fabric_only_jobset(tmp_path, "cluster.rendezvous_timeout_s=20", "cluster.max_restarts=2")
+    out = run_jobset(manifest, tmp_path / "job", timeout_s=240, late={1: math.inf})
+    log0 = (tmp_path / "job" / "attempt0" / "smoke-workers-0-0" / "pod.log").read_text()
+    assert out.jobset == "Failed" and out.restarts == 0 and out.counted == 0, (out.codes, log0[-3000:])
+    assert out.codes == [failures.RENDEZVOUS_TIMEOUT.exit_status, None], log0[-3000:]  # pod 1 never ran
+    assert "training failed: rendezvous timeout" in log0 or "rendezvous timeout" in log0, log0[-3000:]
+    # The same failure under a policy without that rule would spend a restart, and recreate the pending pod.
+    pod0 = materialize(manifest)[0]
+    reason, message = job_failure(manifest, pod0, failures.RENDEZVOUS_TIMEOUT.exit_status, disrupted=False)
+    assert jobset_action(manifest, reason, message) == "FailJobSet"
+    looping = json.loads(json.dumps(manifest))
+    looping["spec"]["failurePolicy"]["rules"] = [
+        r for r in looping["spec"]["failurePolicy"]["rules"] if r["name"] != "RendezvousTimeout"
+    ]
+    assert jobset_action(looping, reason, message) == "RestartJobSet"
+    # A preempted pod (DisruptionTarget) still restarts the group for free, with or without that rule.
+    evicted = job_failure(manifest, pod0, None, disrupted=True)
+    assert jobset_action(manifest, *evicted) == jobset_action(looping, *evicted) == "RestartJobSetAndIgnoreMaxRestarts"
 
 
 @pytest.mark.soak

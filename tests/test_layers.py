@@ -19,7 +19,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("base",),  # errors, redaction, failure classes, versions, cache, console notices, MaxText's files
     ("rundir",),  # run directory files and records
     ("config",),  # compose, schema, kind tables (kinds/), checks, load
-    ("te_gmm",),  # moe=te_gmm's own code (hook, grouped GEMM, host probe)
+    ("te_gmm", "attention"),  # moe=te_gmm's own code (hook, grouped GEMM, host probe); moekit's attention hook
     ("translate",),  # config -> MaxText args, XLA flags, env, rendezvous, the fabric spec
     # pure rooms beside each other (observe.runs: summaries, steady steps; checkpoint.model: a checkpoint's model)
     ("render", "plan", "observe.runs", "bench", "checkpoint.model"),

@@ -9,6 +9,7 @@
 #   bash benchmarks/h200/run.sh portability:qwen3,mixtral   portability:dsv2_lite/dense   (benchmarks/run_portability.py)
 #   bash benchmarks/h200/run.sh profile:tokamax,dense   profile:te_gmm:moe=te_gmm   (step-time breakdowns)
 #   bash benchmarks/h200/run.sh te:.te_gmm attention   (attention kernels against fp32: benchmarks/attention_parity.py)
+#   bash benchmarks/h200/run.sh te:.te_gmm survey      (every attention implementation timed: benchmarks/attention_survey.py)
 #   bash benchmarks/h200/run.sh fabric:dsv3_proxy_h200   (the fabric phase alone, nothing trained)
 #   PRESET_TIMEOUT_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm_text   (then, in a second call:)
 #   PRESET_TIMEOUT_S=540 bash benchmarks/h200/run.sh te:.te_gmm presets:te_gmm_fp8_text lossgap:te_gmm_fp8_text,te_gmm_text
@@ -35,6 +36,13 @@ else
   log "no .whl carried: phases that need MaxText will fail"   # e.g. a call that only stages TE
 fi
 export PYTHONPATH=/tmp/site:$PWD/benchmarks/h200/stubs:$PWD/src
+# One persistent compilation cache per held machine (/tmp dies with it): a row compiled by an earlier call on the same
+# machine loads its executable instead of compiling again. MaxText's trainings set their own (its jax_cache_dir,
+# ~/jax_cache by default, also kept while the machine is held); this one serves the scripts that call jax directly.
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/jax_cache}
+cache_entries() { echo "$(find /tmp/jax_cache ~/jax_cache -type f 2>/dev/null | wc -l) compiled executables cached"; }
+log "compilation cache: $(cache_entries)"
+trap 'log "compilation cache: $(cache_entries)"; pack_logs' EXIT
 MOEKIT="python3 -m moekit"
 bench_gmm() {  # back ends, skews, log file under $OUT
   timeout "$(bound "${GMM_TIMEOUT:-110}")" $MOEKIT bench gmm --backends "$1" --skews "$2" --out "$OUT/gmm.json" > "$OUT/$3" 2>&1
@@ -103,6 +111,13 @@ print('grouped_dense', grouped_dense(x, w, jnp.array([64, 64, 64, 64], jnp.int32
       log "attention parity rc=$?"; cp /tmp/attention/attention_parity.json "$OUT/" 2>/dev/null
       # The upstream reproduction docs/performance.md prints (rc 1: TE attends only the first segment's queries)
       timeout 120 python3 benchmarks/te_dense_mask_repro.py >> "$OUT/attention.txt" 2>&1; log "te dense-mask repro rc=$?" ;;
+    survey)
+      # Every attention implementation JAX reaches, at the MLA and GQA shapes (benchmarks/attention_survey.py): after
+      # `te` for cudnn_flash_te. $arg: extra arguments joined by + (--shapes=mla+--repeats=5); none: the full table.
+      IFS=+ read -ra sargs <<< "$arg"
+      timeout "$(bound "${SURVEY_TIMEOUT:-300}")" python3 benchmarks/attention_survey.py --out /tmp/survey \
+        "${sargs[@]}" > "$OUT/survey.txt" 2>&1
+      log "attention survey rc=$?"; cp /tmp/survey/attention_survey.json "$OUT/" 2>/dev/null ;;
     verify)
       # $arg: a file of `moekit verify` arguments, one per line
       mapfile -t vargs < "$arg"

@@ -29,6 +29,9 @@ class FailureClass:
     """Search every line of the log, not only the tail."""
     trial_status: str = "failed"
     """What a series (series/tuning.py) calls a trial that ended with this class: failed, oom or timeout."""
+    exit_status: int = 1
+    """What `moekit train` exits with after an attempt that ended with this class (a JobSet's podFailurePolicy
+    tells classes apart by it: render/jobset.py)."""
 
     def failure(self, returncode: int, evidence: str) -> Failure:
         """A failure of this class with its exit status and evidence (the classes moekit sets, not read from a log)."""
@@ -67,6 +70,11 @@ CLASSES = (
         "fabric",
         "fabric check failed",
         (r"moekit: fabric failure: .*",),
+    ),
+    FailureClass(  # MaxText 0.2.5 (trainers/pre_train/train.py) at its host check of the TE block's overflow flag
+        "te_receive_overflow",
+        "TE receive buffer overflow",
+        (r"TE MoE receive capacity overflow at training step \d+",),
     ),
     FailureClass(
         "out_of_memory",
@@ -109,6 +117,9 @@ CLASSES = (
             r"[Ff]ailed to connect to (the )?coordination service",
             r"moekit: rendezvous failed",
         ),
+        # EX_TEMPFAIL (sysexits.h): a peer never arrived within cluster.rendezvous_timeout_s. A JobSet fails on it
+        # instead of restarting a group whose missing pod would be recreated as unschedulable as before.
+        exit_status=75,
     ),
     FailureClass(
         "configuration_error",
@@ -158,7 +169,7 @@ ALL = (*CLASSES, KILLED, PREEMPTED, HANG, UNFINISHED, NOT_STARTED, TIMEOUT, REFU
 BY_NAME = {c.name: c for c in ALL}  # "error": OTHER, the last (UNRECORDED shares its name and its meaning)
 # The classes moekit acts on beyond printing them.
 CORRUPT_CHECKPOINT = BY_NAME["corrupt_checkpoint"]  # run/checkpoints.py sets the checkpoint aside and resumes
-DISK_FULL = BY_NAME["disk_full"]  # run/execute.py says whether bytes or inodes ran out
+DISK_FULL = BY_NAME["disk_full"]  # run/outcome.py says whether bytes or inodes ran out
 
 # Written by moekit.worker around jax.distributed.initialize.
 JOINING = "moekit: joining rendezvous"
@@ -333,3 +344,13 @@ def of_child(
         return REFUSED.failure(code, evidence.strip()[:300])
     last = next((ln.strip()[:300] for ln in reversed(lines) if ln.strip()), "no output")
     return UNRECORDED.failure(code, last)
+
+
+RENDEZVOUS_TIMEOUT = BY_NAME["rendezvous_timeout"]
+
+
+def exit_status(failure: Failure) -> int:
+    """What `moekit train` exits with after `failure`: its class's status (1 for most; render/jobset.py's pod
+    failure policy reads the rendezvous timeout's)."""
+    found = BY_NAME.get(failure.name)
+    return found.exit_status if found is not None else 1

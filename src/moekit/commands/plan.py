@@ -13,8 +13,28 @@ from moekit.base.errors import ConfigError
 HELP = "estimate memory, FLOPs and communication per device before launch"
 
 
+EPILOG = """\
+the forecast: one device's step time, TFLOP/s, tokens/s and MFU, built from parts measured on one H200 (each
+part prints its source), each with a band [low-high]. The band is the wider of the parameters' band (each
+parameter at the ends of its range) and the validation residuals of the forecast's domain: how far the
+configuration is from the nearest measured point (same configuration, other batch, other settings, other
+family, other hardware, other scale; docs/plan.md "Forecast validation"). Beyond what any validation point
+spans, the band reads "band not validated"; a configuration whose memory estimate does not fit is forecast
+as "does not fit: hypothetical". --search marks layouts whose bands overlap the first's as ties.
+
+example: moekit plan experiment=dsv3_proxy_h200 moe=te_gmm train.per_device_batch_size=8
+  step 1.287 s [1.217-1.376]   444 TFLOP/s [415-469]   25,469 tokens/s [23,822-26,930]   MFU 44.9% ...
+  band -5.4%/+6.9% of the step: the parameters' band, wider than the 'other batch' width +-4.9% (...)
+  domain: interpolated (other batch): nearest measured point te_gmm (...; 0.965 s/step, run C); ...
+    batch x sequence: 8 x 4096 (te_gmm: 6 x 4096)
+"""
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The overrides, --format, --scale, --compute-tflops, --fabric, --fabric-any, --search and --validate."""
+    """The overrides, --format, --scale, --compute-tflops, --fabric, --fabric-any, --search and --validate; the
+    epilog says what the forecast, its band and its domain are, with an example."""
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = EPILOG
     p.add_argument("overrides", nargs="*", help="Hydra overrides: group=option, a.b=value")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument(

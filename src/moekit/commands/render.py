@@ -13,6 +13,7 @@ from moekit.base import bounded, redact
 from moekit.base.errors import ConfigError, MoekitError
 from moekit.config.load import load
 from moekit.config.schema import Config
+from moekit.plan import launch
 from moekit.render import document
 from moekit.render import validate as val
 from moekit.render.targets import TARGETS, Target
@@ -62,6 +63,7 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
         )
     keep = True if target.pod_network else (lambda w: w.key != "network")
     cfg = load([*rest, f"cluster={target.cluster}"] if not chosen else rest, warn=keep)
+    launch.ensure(cfg)  # a manifest of a moe=te layout whose receive buffers do not fit is not written
     command = shlex.join(["moekit", "render", *overrides, *(["-o", output_label] if output_label else [])])
     head = document.header(cfg, target.title, command, moekit.__version__)
     text = target.render(cfg, rest, head)

@@ -9,6 +9,7 @@ from moekit.base.errors import MoekitError
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.observe.runs import progress
+from moekit.plan import launch
 from moekit.run import execute
 from moekit.series import sweep
 
@@ -39,8 +40,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def checked(overrides: list[str], phase: progress.Phases) -> Config:
-    """The config the overrides compose to, every check passed (warnings printed), before anything else runs."""
-    return load(overrides, phase=phase)
+    """The config the overrides compose to, every check passed (warnings printed) and its TE receive buffers fitting
+    a device (plan/launch.py), before anything else runs."""
+    cfg = load(overrides, phase=phase)
+    launch.ensure(cfg)
+    return cfg
 
 
 def train(overrides: list[str], dry_run: bool = False, fmt: str = "text", environ: dict[str, str] | None = None) -> int:

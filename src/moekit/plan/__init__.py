@@ -20,6 +20,8 @@ from moekit.plan.model import Dims
 from moekit.plan.tables import Tables
 
 GIB = memory.GIB
+HYPOTHETICAL = "does not fit: hypothetical"
+"""The forecast's status where the memory estimate says the configuration does not fit a device."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,10 @@ def build(cfg: Config, tables: Tables, options: Options = Options()) -> dict[str
         su0 = calibrate.setup(cfg, values, tables.links)  # a row that is no GPU's is refused here
         params = forecast.params_from(tables.forecast, options.fabric)
         out["search"] = search.rank(cfg, su0, params, float(tables.calibration.get("device_factor", 1.0)))
+        f = out.get("forecast")
+        if f and f.get("band_validated", True):  # the configuration's own band: layouts inside it are not ordered by it
+            band = (1 - f["step_low_s"] / f["step_s"], f["step_high_s"] / f["step_s"] - 1)
+            out["search_ties"] = search.mark_ties(out["search"], *band)
     return out
 
 
@@ -128,6 +134,7 @@ def _memory_out(mem: memory.MemoryPlan, calibration: Mapping[str, Any]) -> dict[
         "fits": not mem.warnings,
         "warnings": mem.warnings,
         "notes": mem.notes,
+        "te_ep": mem.te_ep.to_dict() if mem.te_ep else None,
         "calibration": {
             "device_factor": float(calibration.get("device_factor", 1.0)),
             "status": calibration.get("status", "uncalibrated"),
@@ -151,6 +158,9 @@ def _forecast_out(
         "forecast": fc.to_dict()
         | placed
         | {
+            # a layout the memory estimate says cannot run still gets its step, marked as one that cannot be measured
+            "fits": su.fits,
+            "status": "fits" if su.fits else HYPOTHETICAL,
             "links": forecast.links_label(params),
             "provenance": "forecast from measured one-GPU parts (data/breakdowns.yaml, data/forecast.yaml); "
             "docs/plan.md holds its validation table",

@@ -85,20 +85,35 @@ def position(cfg: Config, values: Mapping[str, Any], dims: Dims, devices: int) -
     )
 
 
-def differences(a: Position, b: Position) -> list[tuple[int, str]]:
-    """(level, what differs) for each way `a` differs from `b`."""
+def _parts(text: str) -> tuple[str, list[str]]:
+    """'name (a, b)' -> ('name', ['a', 'b']); a value with no parenthesis is its own name."""
+    name, _, rest = text.partition(" (")
+    return name, [x.strip() for x in rest.rstrip(")").split(",")] if rest else []
+
+
+def _contrast(key: str, mine: Any, theirs: Any, nearest: str) -> str:
+    """One difference as 'key: this (nearest: that)', naming only the parts that differ: never 'X, not X'."""
+    a, b = _parts(str(mine)), _parts(str(theirs))
+    if a[1] and b[1] and len(a[1]) == len(b[1]):
+        pairs = [(x, y) for x, y in zip([a[0], *a[1]], [b[0], *b[1]], strict=True) if x != y]
+        mine, theirs = ", ".join(x for x, _ in pairs), ", ".join(y for _, y in pairs)
+    return f"{key}: {mine} ({nearest}: {theirs})"
+
+
+def differences(a: Position, b: Position, nearest: str = "nearest") -> list[tuple[int, str]]:
+    """(level, what differs) for each way `a` differs from `b` (named `nearest` in the text)."""
     out = []
     if a.devices != b.devices:
-        out.append((5, f"{a.devices} devices, not {b.devices}"))
+        out.append((5, _contrast("devices", a.devices, b.devices, nearest)))
     if a.hardware != b.hardware:
-        out.append((4, f"hardware {a.hardware}, not {b.hardware}"))
+        out.append((4, _contrast("hardware", a.hardware, b.hardware, nearest)))
     if a.model != b.model:
-        out.append((3, f"model {a.model}, not {b.model}"))
+        out.append((3, _contrast("model", a.model, b.model, nearest)))
     for key in sorted(a.settings.keys() | b.settings.keys()):
         if a.settings.get(key) != b.settings.get(key):
-            out.append((2, f"{key} {a.settings.get(key)}, not {b.settings.get(key)}"))
+            out.append((2, _contrast(key, a.settings.get(key), b.settings.get(key), nearest)))
     if (a.batch, a.seq) != (b.batch, b.seq):
-        out.append((1, f"batch {a.batch:g} x {a.seq}, not {b.batch:g} x {b.seq}"))
+        out.append((1, _contrast("batch x sequence", f"{a.batch:g} x {a.seq}", f"{b.batch:g} x {b.seq}", nearest)))
     return out
 
 
@@ -138,7 +153,7 @@ def classify(pos: Position, anchors: Sequence[Mapping[str, Any]]) -> Domain:
         raise ValueError("no calibration point to place the forecast against (data/forecast_bands.yaml)")
     best = min(anchors, key=lambda a: _distance(pos, Position(**a["position"])))
     near = Position(**best["position"])
-    diff = differences(pos, near)
+    diff = differences(pos, near, str(best["name"]))
     level = max((lv for lv, _ in diff), default=0)
     ratio = pos.tflop / near.tflop if near.tflop else 0.0
     return Domain(level, best, [text for _, text in sorted(diff, key=lambda d: -d[0])], ratio)
@@ -173,32 +188,52 @@ def widen(low_s: float, high_s: float, step_s: float, width: float) -> tuple[flo
     return min(low_s, step_s * (1 - width)), max(high_s, step_s * (1 + width))
 
 
-def describe(domain: Domain, width: float) -> str:
-    """One line: the kind, the nearest calibration point with its measurement, what differs and the band's width."""
-    n = domain.nearest
-    text = (
-        f"{domain.kind} ({domain.name}): nearest measured point {n['name']} ({' '.join(n['overrides'])}; "
-        f"{n['step_s']:g} s/step, run {n['run']})"
+def band_text(fc: Forecast, params_low: float, params_high: float, level: Mapping[str, Any]) -> str:
+    """How the printed step band was chosen, in the band's own numbers: each end from the level's width (`level`: a
+    row of `widths`) or from the parameters' band, whichever is wider there."""
+    low, high = 1 - fc.step_low_s / fc.step_s, fc.step_high_s / fc.step_s - 1
+    shown = f"+-{low:.1%}" if f"{low:.1%}" == f"{high:.1%}" else f"-{low:.1%}/+{high:.1%}"
+    width, n = float(level["width"]), int(level["points"])
+    why = (
+        f"{QUANTILE:.0%} quantile of |error| over {n} validation points"
+        if n >= MIN_POINTS
+        else (f"{n} validation point(s): the level before's")
     )
-    if domain.differs:
-        text += "; differs in " + "; ".join(domain.differs)
-    if domain.work_ratio and not 0.5 <= domain.work_ratio <= 2:
-        text += f"; {domain.work_ratio:.3g}x its work per step"
-    return text + f"; band +-{width:.1%} (validation residuals at this level)"
+    named = f"the '{level['name']}' width +-{width:.1%} ({why})"
+    by_width = (params_low > fc.step_s * (1 - width), params_high < fc.step_s * (1 + width))
+    if all(by_width):
+        return f"band {shown} of the step: {named}; the parameters' band is narrower"
+    if not any(by_width):
+        return f"band {shown} of the step: the parameters' band, wider than {named}"
+    ends = ("fast", "slow") if by_width[0] else ("slow", "fast")
+    return f"band {shown} of the step: its {ends[0]} end {named}, its {ends[1]} end the parameters' band"
 
 
 def place(fc: Forecast, pos: Position, table: Mapping[str, Any]) -> tuple[Forecast, dict[str, Any]]:
     """A forecast placed among the calibration points of `table`
     (data/forecast_bands.yaml): the forecast with its step band widened to its level's width, and the JSON fields
-    `domain` (calibrated, interpolated or extrapolated), `domain_level`, `nearest_measured`, `band_width` and
-    `domain_text`."""
+    `domain` (calibrated, interpolated or extrapolated), `domain_level`, `nearest_measured`, `band_width`,
+    `band_method`, `band_validated` and the text: `domain_text` (one line), `band_text` (one line) and
+    `domain_differs` (one line per difference)."""
     d = classify(pos, table["anchors"])
-    width = float(table["widths"][d.level]["width"])
+    level = table["widths"][d.level]
+    width = float(level["width"])
     lo, hi = table["work_ratio"]
     beyond = d.level > 0 and not lo <= d.work_ratio <= hi
     low, high = widen(fc.step_low_s, fc.step_high_s, fc.step_s, width)
+    placed = replace(fc, step_low_s=low, step_high_s=high)
     n = d.nearest
-    return replace(fc, step_low_s=low, step_high_s=high), {
+    differs = list(d.differs)
+    if d.work_ratio and not 0.5 <= d.work_ratio <= 2:
+        differs.append(f"work per step: {d.work_ratio:.3g}x {n['name']}'s")
+    if beyond:
+        band = (
+            f"band not validated: its work per step ({d.work_ratio:.3g}x {n['name']}'s) is beyond what any "
+            f"validation point spans ({lo:.3g}x-{hi:.3g}x of its nearest calibration point's)"
+        )
+    else:
+        band = band_text(placed, fc.step_low_s, fc.step_high_s, level)
+    return placed, {
         "domain": d.kind,
         "domain_level": d.name,
         "nearest_measured": {
@@ -212,13 +247,11 @@ def place(fc: Forecast, pos: Position, table: Mapping[str, Any]) -> tuple[Foreca
         },
         "band_width": width,
         "band_method": f"the wider of the parameters' band and +-{width:.1%}: "
-        f"{table['widths'][d.level]['how']} at level '{d.name}' (docs/plan.md, 'Forecast validation')",
+        f"{level['how']} at level '{d.name}' (docs/plan.md, 'Forecast validation')",
         "beyond_validation": beyond,
-        "domain_text": describe(d, width)
-        + (
-            f"; its work per step is beyond what any validation point spans ({lo:.3g}x-{hi:.3g}x of its nearest "
-            "calibration point's): the band is not validated there"
-            if beyond
-            else ""
-        ),
+        "band_validated": not beyond,
+        "domain_text": f"{d.kind} ({d.name}): nearest measured point {n['name']} ({' '.join(n['overrides'])}; "
+        f"{n['step_s']:g} s/step, run {n['run']})" + (f"; it differs in {len(differs)} way(s):" if differs else ""),
+        "band_text": band,
+        "domain_differs": differs,
     }

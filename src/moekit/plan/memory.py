@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from moekit.plan import te_ep
 from moekit.plan.mesh import Mesh
 from moekit.plan.model import Dims, dtype_bytes
 
@@ -92,6 +93,8 @@ class MemoryPlan:
     calibration: float
     """Multiplier applied to the device total (1.0 = uncalibrated)."""
     notes: list[str] = field(default_factory=list)
+    te_ep: te_ep.Buffers | None = None
+    """The TE MoE block's NCCL EP receive buffers (moe=te), else None."""
 
     def phase_total(self, phase: Phase) -> float:
         """Device bytes of the items live in `phase`, before calibration."""
@@ -274,6 +277,10 @@ def estimate(
         )
 
     rows, why_rows = routed_rows_per_token(dims, values, mesh)
+    te = te_ep.buffers(dims, values, ep, fsdp, mesh.devices)
+    if te is not None:  # the TE block reserves its own capacity (plan/te_ep.py), not MaxText's ragged buffer
+        rows = te.capacity / t
+        why_rows = f"recv_capacity_per_rank, {te_ep.SOURCE}"
     te_block = bool(values.get("te_moe_block"))
     broadcast = not values.get("sparse_matmul", True) and float(values.get("capacity_factor", -1.0)) <= 0
     saved, offloaded = tensor_places(values)
@@ -299,7 +306,7 @@ def estimate(
         buffer_rows = rows * t
         items.append(
             Item(
-                "dropless receive buffer + expert GEMMs",
+                "TE NCCL EP receive buffer + expert GEMMs" if te else "dropless receive buffer + expert GEMMs",
                 routed,
                 "device",
                 f"{buffer_rows:,.0f} rows ({why_rows}); routed tensors and gradients of one layer",
@@ -321,7 +328,7 @@ def estimate(
     if per_layer["offload"]:
         items.append(Item("offloaded activations", per_layer["offload"], "host", ", ".join(listed["offload"])))
 
-    notes = []
+    notes = te.lines() if te else []
     if hbm_gib is None:
         device_limit = host_limit = None
     else:
@@ -336,4 +343,5 @@ def estimate(
         host_gib_per_gpu * gib if host_gib_per_gpu else None,
         calibration,
         notes,
+        te,
     )

@@ -100,3 +100,17 @@ def rank(
             )
     rows.sort(key=lambda r: -r["tokens_per_s_per_device"])
     return rows[:top]
+
+
+def mark_ties(rows: list[dict[str, Any]], low: float, high: float) -> dict[str, Any]:
+    """Mark each ranked layout whose step band overlaps the first's (`tie_with_first`): the band (`low`, `high`: the
+    forecast's step band as fractions of its step, the configuration's own) says the forecast cannot order them.
+    Returns the summary the plan prints: the band, how many tie, and how far apart their forecasts are."""
+    if not rows:
+        return {"low": low, "high": high, "tied": 0, "spread": 0.0}
+    first = rows[0]["step_s"]
+    for r in rows:
+        r["tie_with_first"] = r["step_s"] * (1 - low) <= first * (1 + high)
+    tied = [r for r in rows if r["tie_with_first"]]
+    spread = max(r["step_s"] for r in tied) / first - 1
+    return {"low": low, "high": high, "tied": len(tied), "spread": spread}

@@ -52,7 +52,7 @@ def format_text(p: dict[str, Any]) -> str:
             f"(its row, conf/hardware/{p['hardware']}.yaml, has no peak, HBM bandwidth or links)",
         ]
     if "search" in p:
-        lines += ["", *format_search(p["search"])]
+        lines += ["", *format_search(p["search"], p.get("search_ties"))]
     if "step" in p:
         s = p["step"]
         lines += [
@@ -74,17 +74,31 @@ def format_text(p: dict[str, Any]) -> str:
 
 
 def format_forecast(f: dict[str, Any], scaling: list[dict[str, Any]]) -> list[str]:
-    """The forecast section: step, TFLOP/s with its band, tokens/s, MFU, each part with its source, scaling."""
-    lines = [
-        f"## forecast per device ({f['links']})",
-        f"  step {f['step_s']:.4g} s [{f['step_low_s']:.4g}-{f['step_high_s']:.4g}]   "
-        f"{f['tflops_per_device']:.0f} TFLOP/s [{f['low']:.0f}-{f['high']:.0f}]   "
-        f"{f['tokens_per_s_per_device']:,.0f} tokens/s [{f['tokens_per_s_per_device_low']:,.0f}-"
-        f"{f['tokens_per_s_per_device_high']:,.0f}]   MFU {f['mfu']:.1%} [{f['mfu_low']:.1%}-{f['mfu_high']:.1%}] "
-        f"of {f['mfu_peak_tflops']:g}",
-    ]
+    """The forecast section: step, TFLOP/s with its band (or "band not validated"), tokens/s, MFU, how the band was
+    chosen and where the configuration sits among the measured points, each part with its source, scaling."""
+    fits = f.get("fits", True)
+    head = f"## forecast per device ({f['links']})"
+    if not fits:
+        head += f": {f['status']} (the memory estimate above says this configuration cannot run)"
+    if f.get("band_validated", True):
+        line = (
+            f"  step {f['step_s']:.4g} s [{f['step_low_s']:.4g}-{f['step_high_s']:.4g}]   "
+            f"{f['tflops_per_device']:.0f} TFLOP/s [{f['low']:.0f}-{f['high']:.0f}]   "
+            f"{f['tokens_per_s_per_device']:,.0f} tokens/s [{f['tokens_per_s_per_device_low']:,.0f}-"
+            f"{f['tokens_per_s_per_device_high']:,.0f}]   MFU {f['mfu']:.1%} [{f['mfu_low']:.1%}-{f['mfu_high']:.1%}] "
+            f"of {f['mfu_peak_tflops']:g}"
+        )
+    else:  # no numbers that would read as a calibrated band
+        line = (
+            f"  step {f['step_s']:.4g} s   {f['tflops_per_device']:.0f} TFLOP/s   "
+            f"{f['tokens_per_s_per_device']:,.0f} tokens/s   MFU {f['mfu']:.1%} of {f['mfu_peak_tflops']:g}   "
+            "(band not validated)"
+        )
+    lines = [head, line + ("" if fits else "   hypothetical")]
     if "domain_text" in f:
+        lines.append(f"  {f['band_text']}")
         lines.append(f"  domain: {f['domain_text']}")
+        lines += [f"    {x}" for x in f["domain_differs"]]
     width = max(len(x["name"]) for x in f["parts"])
     for x in f["parts"]:
         lines.append(f"  {x['name']:<{width}}  {x['seconds']:8.4f} s  {x['how']}")
@@ -106,13 +120,21 @@ def format_forecast(f: dict[str, Any], scaling: list[dict[str, Any]]) -> list[st
     return lines
 
 
-def format_search(rows: list[dict[str, Any]]) -> list[str]:
-    """The ranked layouts."""
+def format_search(rows: list[dict[str, Any]], ties: dict[str, Any] | None = None) -> list[str]:
+    """The ranked layouts; with `ties` (search.mark_ties), those whose band overlaps the first's marked as ties."""
     lines = ["## layouts ranked by forecast tokens/s per device (those that do not fit left out)"]
+    if rows and ties is None:
+        lines.append("  the forecast's band is not validated here: the order is the model's, untested")
+    elif rows and ties["tied"] > 1:
+        lines.append(
+            f"  ties: {ties['tied']} of {len(rows)} layouts lie within {ties['spread']:.1%} of the first, inside the "
+            f"forecast's band (-{ties['low']:.1%}/+{ties['high']:.1%}): the forecast does not order them; measure them"
+        )
     for i, r in enumerate(rows, 1):
+        tie = "  tie" if ties is not None and ties["tied"] > 1 and r.get("tie_with_first") else ""
         lines.append(
             f"  {i:>2}. {r['mesh']:<48} batch {r['per_device_batch_size']:>4g}  {r['tokens_per_s_per_device']:>9,.0f} "
-            f"tokens/s  {r['tflops_per_device']:.0f} TFLOP/s  {r['device_gib']:.0f} GiB  {r['overrides']}"
+            f"tokens/s  {r['tflops_per_device']:.0f} TFLOP/s  {r['device_gib']:.0f} GiB  {r['overrides']}{tie}"
         )
     if not rows:
         lines.append("  none fits: fewer tokens per device, more remat or offload, or more GPUs")

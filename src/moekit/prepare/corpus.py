@@ -13,7 +13,8 @@ import platform
 import shutil
 import sys
 import sysconfig
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -92,10 +93,15 @@ def options_of(cfg: Config) -> text_shards.Options:
     )
 
 
-def ensure(
-    name: str, options: text_shards.Options, environ: Mapping[str, str] | None = None, stream: TextIO | None = None
+def cached(
+    name: str,
+    options: text_shards.Options,
+    environ: Mapping[str, str] | None = None,
+    stream: TextIO | None = None,
+    say: Callable[[str], None] | None = None,
 ) -> tuple[Path, dict]:
-    """The corpus's folder and its corpus.json, preparing it first when this machine has none."""
+    """The corpus's folder and its corpus.json, preparing it first when this machine has none (`say` is told so
+    first: a run's phase line)."""
     if name not in CORPORA:
         raise text_shards.PrepareError(f"data.corpus={name}: one of {', '.join(CORPORA)}")
     out = cache_folder(name, options, environ)
@@ -115,6 +121,8 @@ def ensure(
         raise text_shards.PrepareError(
             f"{out} exists without its {text_shards.MANIFEST}; remove it and the corpus is prepared again"
         )
+    if say is not None:
+        say(f"preparing the {name} corpus (once per machine)")
     try:
         summary = text_shards.prepare(
             stdlib_files(),
@@ -133,34 +141,41 @@ def ensure(
     return out, summary.to_dict()
 
 
-def placed(
-    cfg: Config, environ: Mapping[str, str] | None = None, stream: TextIO | None = None
-) -> tuple[Config, dict | None]:
-    """`cfg` with data.files pointing at its corpus's shards (prepared first when missing), and the corpus's
-    record; `cfg` unchanged and None when data.corpus is not set."""
+@dataclass(frozen=True)
+class Ready:
+    """A run's corpus, ready to train on: the config with data.files at its shards, the corpus's record (None for a
+    config without data.corpus, and for a dry run, which prepares nothing) and the line that names it."""
+
+    cfg: Config
+    record: dict | None = None
+
+    @property
+    def line(self) -> str | None:
+        """One line naming the corpus (describe), or None without a record."""
+        return describe(self.record) if self.record is not None else None
+
+
+def for_run(
+    cfg: Config,
+    environ: Mapping[str, str] | None = None,
+    say: Callable[[str], None] | None = None,
+    dry_run: bool = False,
+) -> Ready:
+    """The corpus a run trains on, in one call: prepared when this machine's cache has none or a damaged one (`say`
+    is told first), placed (data.files at its shards), its record read and described. A dry run only places it,
+    where it is or will be prepared, and prepares nothing. A config without data.corpus comes back unchanged."""
     if not cfg.data.corpus:
-        return cfg, None
-    out, record = ensure(cfg.data.corpus, options_of(cfg), environ, stream)
-    files = str(out / f"*.{record['format']}")
-    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"files": files})}), record
-
-
-def ready(cfg: Config, environ: Mapping[str, str] | None = None) -> bool:
-    """Whether this machine's cache holds the config's corpus already."""
-    if not cfg.data.corpus:
-        return True
-    out = cache_folder(cfg.data.corpus, options_of(cfg), environ)
-    found = text_shards.read_summary(out)
-    return found is not None and not text_shards.damaged(out, found)
-
-
-def located(cfg: Config, environ: Mapping[str, str] | None = None) -> Config:
-    """`cfg` with data.files where its corpus is (or will be) prepared, preparing nothing (--dry-run)."""
-    if not cfg.data.corpus:
-        return cfg
+        return Ready(cfg)
     options = options_of(cfg)
-    files = str(cache_folder(cfg.data.corpus, options, environ) / f"*.{options.format}")
-    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"files": files})})
+    if dry_run:
+        return Ready(_at(cfg, cache_folder(cfg.data.corpus, options, environ) / f"*.{options.format}"))
+    out, record = cached(cfg.data.corpus, options, environ, say=say)
+    return Ready(_at(cfg, out / f"*.{record['format']}"), record)
+
+
+def _at(cfg: Config, files: Path) -> Config:
+    """`cfg` with data.files=`files`."""
+    return cfg.model_copy(update={"data": cfg.data.model_copy(update={"files": str(files)})})
 
 
 def describe(record: dict) -> str:

@@ -1,7 +1,8 @@
 """Render a composed config as a Kubernetes JobSet (jobset.x-k8s.io/v1alpha2), as plain data (pure).
 
 One replicated job `workers` of cluster.nodes pods (Indexed, backoffLimit 0, restartPolicy Never: a lone
-restarted JAX process cannot rejoin its peers, so the whole group restarts through failurePolicy). Each
+restarted JAX process cannot rejoin its peers, so the whole group restarts through failurePolicy, once the old pods
+are gone; a process that waited out cluster.rendezvous_timeout_s fails the set instead: docs/known-issues.md). Each
 pod runs `moekit train` with the same overrides; rendezvous.from_jobset derives rank and coordinator from
 the environment written here. The coordinator host comes from the annotation the JobSet controller puts
 on every pod (spec.coordinator), so renaming the JobSet (kustomize) keeps it right.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from moekit.base import failures
 from moekit.config import formats
 from moekit.config.schema import Config, Volume
 from moekit.translate import rendezvous as rz
@@ -24,6 +26,14 @@ COMPLETION_INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GPU_RESOURCE = "nvidia.com/gpu"
 DISRUPTION_RULE = "NodeDisruption"
+RENDEZVOUS_RULE = "RendezvousTimeout"
+BIND_ADDRESS = "JAX_COORDINATOR_BIND_ADDRESS"  # read by jax.distributed.initialize (jax/_src/distributed.py)
+
+
+def rendezvous_exit_message(cfg: Config) -> str:
+    """What the Job controller writes when a pod fails the Job through the rendezvous rule of its podFailurePolicy
+    (Kubernetes: "Container <c> for pod <ns>/<pod> failed with exit code <n> matching FailJob rule at index <i>")."""
+    return f"exit code {failures.RENDEZVOUS_TIMEOUT.exit_status} matching FailJob rule"
 
 
 def job_name(cfg: Config) -> str:
@@ -61,6 +71,10 @@ def pod_env(cfg: Config) -> list[dict[str, Any]]:
         {"name": rz.JOBSET_NUM_NODES, "value": str(c.nodes)},
         {"name": rz.JOBSET_NODE_RANK, **_field(f"metadata.annotations['{COMPLETION_INDEX_KEY}']")},
     ]
+    if cfg.network.host_network:
+        # JAX binds the coordinator to [::]:<port> by default: on a node whose IPv6 is off or bindv6only, peers
+        # dialing its IPv4 address are refused. The port must be given too, or the service binds elsewhere.
+        env.append({"name": BIND_ADDRESS, "value": f"0.0.0.0:{c.coordinator_port}"})
     env += [{"name": s.env, "valueFrom": {"secretKeyRef": {"name": s.secret, "key": s.key}}} for s in c.secrets]
     env += [{"name": k, "value": v} for k, v in c.env.items()]
     return env
@@ -135,14 +149,23 @@ def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
         "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
         "failurePolicy": {
             "maxRestarts": c.max_restarts,
-            # A Job that failed through its podFailurePolicy (node drained or preempted) restarts the group
-            # without spending maxRestarts; any other failure spends one restart.
+            # No new pod while an old one still runs: a restarted group never meets the last attempt's processes.
+            "restartStrategy": "BlockingRecreate",
+            # A rendezvous that timed out (a pod never came) fails the set: a restart would recreate the same
+            # unschedulable pod. A Job that failed through its other podFailurePolicy rule (node drained or
+            # preempted) restarts the group without spending maxRestarts; any other failure spends one restart.
             "rules": [
+                {
+                    "name": RENDEZVOUS_RULE,
+                    "action": "FailJobSet",
+                    "onJobFailureMessagePatterns": [rendezvous_exit_message(cfg)],  # only that podFailurePolicy rule's
+                },
                 {
                     "name": DISRUPTION_RULE,
                     "action": "RestartJobSetAndIgnoreMaxRestarts",
                     "onJobFailureReasons": ["PodFailurePolicy"],
-                }
+                    "onJobFailureMessagePatterns": ["condition DisruptionTarget matching FailJob rule"],
+                },
             ],
         },
         "successPolicy": {"operator": "All"},
@@ -161,7 +184,14 @@ def jobset(cfg: Config, overrides: Sequence[str] = ()) -> dict[str, Any]:
                                 {
                                     "action": "FailJob",
                                     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-                                }
+                                },
+                                {
+                                    "action": "FailJob",
+                                    "onExitCodes": {
+                                        "operator": "In",
+                                        "values": [failures.RENDEZVOUS_TIMEOUT.exit_status],
+                                    },
+                                },
                             ]
                         },
                         "template": {"metadata": {"labels": pod_labels}, "spec": _pod_spec(cfg, overrides)},
@@ -199,6 +229,33 @@ def _axes(axes: dict[str, int]) -> str:
     return " x ".join(f"{k} {v}" for k, v in axes.items() if v != 1) or "1"
 
 
+def _failure_comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
+    """The reasons of the start-up and failure contract: restarts, the rendezvous timeout's rule, the bind address
+    on hostNetwork (docs/known-issues.md)."""
+    out: list[tuple[tuple[str | int, ...], str]] = [
+        (
+            ("spec", "failurePolicy", "maxRestarts"),
+            f"cluster.max_restarts; a drained or preempted node ({DISRUPTION_RULE}) restarts the group for free; "
+            "new pods start once the old are gone (no old process meets the new coordinator: marin PR #7651)",
+        ),
+        (
+            (*_JOB, "podFailurePolicy", "rules", 1, "action"),
+            f"moekit exits {failures.RENDEZVOUS_TIMEOUT.exit_status} when a pod never joined within "
+            f"cluster.rendezvous_timeout_s={cfg.cluster.rendezvous_timeout_s} s: the set fails ({RENDEZVOUS_RULE}) "
+            "rather than recreate a pod that could not be scheduled (marin #5480)",
+        ),
+    ]
+    if cfg.network.host_network:
+        out.append(
+            (
+                (*_CONTAINER, "env", 4, "name"),
+                "hostNetwork: bind the coordinator on IPv4, port included (JAX's default [::] fails where the node's "
+                "IPv6 is off or bindv6only is set; marin #8244)",
+            )
+        )
+    return out
+
+
 def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
     """(path, text) for each field whose value a rule sets: the reason, or the arithmetic, at the field."""
     c, net = cfg.cluster, cfg.network
@@ -209,10 +266,7 @@ def comments(cfg: Config) -> list[tuple[tuple[str | int, ...], str]]:
             ("spec", "suspend"),
             "cluster.queue: Kueue admits the JobSet (unsuspends it) when its LocalQueue has quota",
         ),
-        (
-            ("spec", "failurePolicy", "maxRestarts"),
-            f"cluster.max_restarts; a drained or preempted node ({DISRUPTION_RULE}) restarts the group for free",
-        ),
+        *_failure_comments(cfg),
         (
             (*_JOB, "parallelism"),
             f"cluster.nodes: one pod per node, all at once. The mesh ({mesh}) has {cfg.num_devices} devices = "

@@ -1,8 +1,11 @@
 """The run lifecycle: what happens between a composed, checked config and a recorded outcome.
 
-- execute: `train(cfg) -> RunResult`, the seam every command uses: probes (preflight/), run directory, processes
-  (run/launch.py), signals, attempts and the resume loop, the failure report; `dry_run(cfg)` shows the same job
-  without launching;
+- execute: `train(cfg) -> RunResult`, the seam every command uses: the corpus (prepare/), host probes (preflight/),
+  then the run's setup and its attempts; `dry_run(cfg)` shows the same job without launching;
+- setup: what every attempt shares: processes and coordinator port, the run directory (new, or one to resume);
+- attempt: one attempt in its phases, and the attempts until one ends the run:
+  before_launch (records written, processes' argv/env/logs), follow (the launch, followed: phases, progress, stop
+  flag), verdict (how it ended), outcome (summary and manifest recorded, the outcome told);
 - checkpoints: setting aside a checkpoint that does not restore, so a resume falls back to an older one;
 - view: the job as shown and recorded, secrets redacted, each piece with the config choice that set it;
 - launch: the processes, their log pumps, passing a stop signal on, the stall watchdog's kill;

@@ -6,6 +6,8 @@ One view serves `moekit train --dry-run` (text or JSON) and the run directory's 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -22,6 +24,26 @@ from moekit.translate.xla_flags import flag_origins
 def secret_names(cfg: Config) -> list[str]:
     """Names the config marks secret: run.secrets and the variables a JobSet takes from Kubernetes Secrets."""
     return [*cfg.run.secrets, *(s.env for s in cfg.cluster.secrets)]
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What of a run may be shown or recorded: the names the config marks secret, a scrubber of every secret value,
+    and the config and the typed overrides with those values redacted."""
+
+    names: list[str]
+    scrub: redact.Scrubber
+    config: dict[str, Any]
+    overrides: list[str]
+
+
+def shown(cfg: Config, environ: Mapping[str, str], overrides: Sequence[str] = ()) -> Shown:
+    """The run's secrets found once (run.secrets, the cluster's secret variables, credential-looking names and
+    values of `environ`) and what may be shown of its config and overrides."""
+    names = secret_names(cfg)
+    scrub = redact.Scrubber(redact.secret_values(dict(environ), cfg.to_dict(), names))
+    typed = [scrub(o) for o in redact.redact_assignments(list(overrides), names)]
+    return Shown(names, scrub, redact.redact_tree(cfg.to_dict(), names), typed)
 
 
 def redacted_job(job: jobmod.Job, names: list[str]) -> jobmod.Job:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import NamedTuple
 
+from moekit.config.kinds import attention
 from moekit.config.schema import Config, Scalar
 from moekit.translate import values
 from moekit.translate.xla_flags import xla_flags
@@ -42,6 +43,8 @@ def env_vars(cfg: Config) -> list[EnvVar]:
     put(f"xla={cfg.xla.name}", cfg.xla.env)
     if cfg.model.attention in ATTENTION_ENV:
         put(f"model.attention={cfg.model.attention}", ATTENTION_ENV[cfg.model.attention])
+    if cfg.model.attention in attention.KERNELS:  # moekit's own kernel takes over its carrier's call (moekit.attention)
+        put(f"model.attention={cfg.model.attention}", {attention.ENV: cfg.model.attention})
     if cfg.backend.hook:  # the back end's own package sets what its workers read (config/kinds/backends.py)
         job_env = importlib.import_module(cfg.backend.hook_module("job_env"))
         out.extend(EnvVar(name, value, origin) for name, value, origin in job_env.entries(cfg))

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from moekit.config.checks.checkpoint import ITEMS
+from moekit.config.kinds import attention
 from moekit.config.schema import Config, Scalar
 from moekit.translate import profile, values
 from moekit.translate.data_keys import data_keys
@@ -139,7 +140,7 @@ def _memory_and_layout(cfg: Config, put: _Put) -> None:
     mem = f"memory={cfg.memory.name}"
     put(mem, remat_policy=cfg.memory.remat_policy, **cfg.memory.tensors)
     if cfg.model.attention:
-        put("model.attention", attention=cfg.model.attention)
+        put("model.attention", attention=attention.maxtext_kernel(cfg.model.attention))
     ici, dcn = cfg.ici_filled, cfg.parallelism.dcn
     put("parallelism.ici", **{f"ici_{k}_parallelism": v for k, v in ici.items()})
     put("parallelism.dcn", **{f"dcn_{k}_parallelism": v for k, v in dcn.items()})
@@ -157,7 +158,12 @@ def _checkpoint_and_processes(cfg: Config, put: _Put) -> None:
     if cfg.num_processes == 1:
         # One process: no coordinator to wait for.
         put("cluster (one process)", skip_jax_distributed_system=True)
-    elif cfg.hardware.platform == "cpu":
+    else:
+        # moekit's worker joins the rendezvous before MaxText (worker/process.py) and MaxText 0.2.5 then skips its own
+        # jax.distributed.initialize; should it ever be the one to join, it waits this long too. MaxText reads only this
+        # key (max_utils.maybe_initialize_jax_distributed_system; its default 300), never an environment variable.
+        put("cluster.rendezvous_timeout_s", jax_distributed_initialization_timeout=cfg.cluster.rendezvous_timeout_s)
+    if cfg.num_processes > 1 and cfg.hardware.platform == "cpu":
         # Only process 0 writes JAX's persistent compilation cache, so only process 0 finds its executable there: it
         # starts the first step minutes before the others finish compiling, and XLA:CPU's Gloo gives up after 30 s
         # (measured on this 2-core machine, 2026-12-03). Compile every time instead.

@@ -231,6 +231,19 @@ def install_backend_hooks(environ: dict[str, str]) -> None:
                 raise SystemExit(f"moekit: {exc}") from None
 
 
+def install_attention_hook(environ: dict[str, str]) -> None:
+    """Put moekit's attention kernel behind MaxText's attention call when the environment asks (moekit.attention)."""
+    from moekit import attention
+
+    if attention.engaged(environ):
+        from moekit.attention import hook
+
+        try:
+            hook.install_from_env(environ)
+        except hook.HookError as exc:
+            raise SystemExit(f"moekit: {exc}") from None
+
+
 def main() -> None:
     """Join the rendezvous, prepare the process for MaxText (assets, te_gmm hook, secret arguments), check the
     fabric (moekit.worker.fabric), then run the module named by the first argument as `python -m` would, with the
@@ -248,6 +261,7 @@ def main() -> None:
     keep_secrets_out_of_tensorboard()
     step_events.install(dict(os.environ))  # when saves, restores, compiles and trace edges happened (summary)
     install_backend_hooks(dict(os.environ))  # e.g. moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM
+    install_attention_hook(dict(os.environ))  # e.g. model.attention=tokamax_mosaic: MaxText's attention call
     routing.install(dict(os.environ))  # tokens per expert of each MoE layer at sampled steps (routing.jsonl)
     quiet_grain_shutdown(sys.argv)
     if not fabric.phase(dict(os.environ)):  # the job's collectives checked and timed before MaxText builds the model

@@ -2,7 +2,8 @@
 
 Each check returns Problems (key, what is wrong, the override that fixes it); `problems` runs all of
 them so a user sees every problem at once. Pure: no environment, files or clock. The checks live in one
-module per topic (mesh, moe, cluster, compute, text, sizes, family, data, checkpoint); REGISTRY (each check with
+module per topic (mesh, moe, cluster, compute, text, sizes, family, data, checkpoint, known_issues: failures
+reported on real clusters, docs/known-issues.md); REGISTRY (each check with
 the jobs it judges, the one list CHECKS and TRAINING_ONLY are read from) and WARNINGS list them here.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from moekit.base.errors import ConfigError
-from moekit.config.checks import checkpoint, cluster, compute, data, family, mesh, moe, sizes, text
+from moekit.config.checks import checkpoint, cluster, compute, data, family, known_issues, mesh, moe, sizes, text
 from moekit.config.checks.problem import Check, Problem
 from moekit.config.schema import Config
 
@@ -77,6 +78,9 @@ WARNINGS: list[Check] = [
     cluster.network_fits_the_layout,
     cluster.keys_of_another_kind,
     data.segments_with_jax_cudnn_attention,
+    known_issues.spcx_plugin_at_high_ep,
+    known_issues.ep_group_within_one_nvlink_domain,
+    known_issues.cpu_binding_for_tp_ep,
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from moekit.config.checks.problem import Problem
+from moekit.config.kinds import attention
 from moekit.config.schema import Config
 
 # TE's quantized GEMMs (cuBLAS) need each contracting dimension a multiple of 16. MaxText quantizes the router's
@@ -90,6 +91,28 @@ def attention_supported(cfg: Config) -> Iterator[Problem]:
             f"hardware={cfg.hardware.name}",
             "model.attention=dot_product (or null for MaxText's choice)",
         )
+    yield from _moekit_attention(cfg)
+
+
+def _moekit_attention(cfg: Config) -> Iterator[Problem]:
+    """A moekit attention kernel (moekit.attention) runs where its package ships kernels, on one device per job (a
+    Pallas kernel is not partitioned by XLA: measured on one GPU only), and only while MaxText is handed its carrier."""
+    name = cfg.model.attention
+    if name not in attention.KERNELS:
+        return
+    kernel, fix = attention.KERNELS[name], "model.attention=cudnn_flash_jax"
+    sm = cfg.hardware.sm or 0
+    if cfg.hardware.platform != "gpu" or sm < kernel.min_sm:
+        yield Problem("model.attention", f"attention={name} is a Pallas Mosaic GPU kernel: NVIDIA GPUs of SM "
+                      f"{kernel.min_sm} or newer, hardware={cfg.hardware.name}", fix)
+    if cfg.num_devices > 1:
+        yield Problem("model.attention", f"attention={name} on {cfg.num_devices} devices: its Pallas call is not "
+                      "partitioned across devices (measured on one GPU only)", fix)
+    extra = cfg.maxtext.extra.get("attention")
+    if extra is not None and extra != kernel.carrier:
+        yield Problem("maxtext.extra.attention", f"maxtext.extra.attention={extra} overrides "
+                      f"model.attention={name}, which MaxText runs as attention={kernel.carrier}",
+                      "~maxtext.extra.attention (remove the raw key)")
 
 
 def profile_window_fits(cfg: Config) -> Iterator[Problem]:

@@ -117,12 +117,12 @@ def segments_with_jax_cudnn_attention(cfg: Config) -> Iterator[Problem]:
     other kernels keep it inside its own: a different model, whose losses do not compare with theirs."""
     attention = cfg.attention_kernel
     d = cfg.data
-    if cfg.hardware.platform != "gpu" or attention != "cudnn_flash_jax" or not d.packing:
+    if cfg.hardware.platform != "gpu" or attention not in ("cudnn_flash_jax", "tokamax_mosaic") or not d.packing:
         return
     if d.dataset_type != "synthetic" or d.max_segments_per_seq >= 2:
         yield Problem(
             "model.attention",
-            "attention=cudnn_flash_jax on packed rows: MaxText hands it no segment ids, so tokens attend across the "
+            f"attention={attention} on packed rows: MaxText hands it no segment ids, so tokens attend across the "
             "documents packed before them (MaxText's dot_product and cudnn_flash_te keep them inside their own); "
             "its losses do not compare with those kernels'",
             "model.attention=cudnn_flash_te with data.max_segments_per_seq=32 (segment ids, THD), or "

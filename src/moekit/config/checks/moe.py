@@ -21,8 +21,8 @@ def dropless(cfg: Config) -> Iterator[Problem]:
             "moe.ragged_buffer_factor",
             f"ragged_buffer_factor={cfg.moe.ragged_buffer_factor} caps each expert-parallel rank's receive buffer; "
             f"with moe={cfg.moe.backend} MaxText silently drops the tokens that do not fit",
-            "leave moe.ragged_buffer_factor=-1 (worst-case buffer), use moe=te (which skips an overflowing step "
-            "loudly), or set moe.allow_token_dropping=true for a deliberate baseline",
+            "leave moe.ragged_buffer_factor=-1 (worst-case buffer), use moe=te (which counts an overflowing step "
+            "and stops the run at its next check), or set moe.allow_token_dropping=true for a deliberate baseline",
         )
     if drops and not cfg.moe.allow_token_dropping:
         yield Problem(

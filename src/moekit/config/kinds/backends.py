@@ -30,7 +30,8 @@ class Backend:
     """False: it drops the tokens past expert capacity by design (a baseline, refused unless allowed)."""
     te_block: bool = False
     """TransformerEngine's MoE block: NCCL EP dispatch inside, one process per GPU and at least 2 of them, its own
-    receive buffer (it never reads capacity_factor, and skips an overflowing step loudly)."""
+    receive buffer (it never reads capacity_factor; it counts an overflowing step, and MaxText stops the run at its
+    next check)."""
     platforms: tuple[Literal["cpu", "gpu"], ...] = ("cpu", "gpu")
     """Where it runs."""
     min_sm: int | None = None
