@@ -13,6 +13,7 @@ import json
 import pytest
 
 from conftest import losses, moekit
+from moekit.observe.runs import routing
 
 pytestmark = [pytest.mark.integration, pytest.mark.soak]
 
@@ -46,3 +47,10 @@ def test_expert_parallel_two_processes_match_one(tmp_path):
     # Measured 2026-12-03 (2-core CPU, MaxText 0.2.5, jax 0.12.0.1): largest difference 1e-6 over 6 steps.
     assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= 1e-4
     assert b == b1
+
+    # The routing load per EP rank: the same counts as one process at step 0 (same weights, same batch), and the
+    # summary's rank measures for EP 2 (experts 0-3 on rank 0, 4-7 on rank 1).
+    one_rec, ep_rec = (routing.read(tmp_path / d / routing.FILE) for d in ("one", "ep2"))
+    assert ep_rec[0]["ep"] == 2 and ep_rec[0]["counts"][0] == one_rec[0]["counts"][0]
+    section = json.loads((tmp_path / "ep2" / "summary.json").read_text())[routing.KEY]
+    assert section["ep"] == 2 and 1.0 <= section["rank_max_over_mean"]["max"] <= section["max_over_mean"]["max"]

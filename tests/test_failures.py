@@ -135,6 +135,15 @@ CASES = [  # id, returncode, log tail, class
     # MaxText stops itself on a loss that is not finite (abort_on_nan_loss / abort_on_inf_loss): its own class.
     ("nan-loss", 1, "completed step: 3, seconds: 0.1, loss: nan\nAborting training due to NaN loss.", "nan_loss"),
     ("inf-loss", 1, "I1204 12:00:00 max_logging.py:41] Aborting training due to Inf loss.", "nan_loss"),
+    # The abort cut an async checkpoint save short: its traceback runs far past the classifier's tail (CPU, 2026-12-07).
+    (
+        "nan-loss-then-save-traceback",
+        1,
+        "metric_logger.py:349] Aborting training due to NaN loss.\nTraceback (most recent call last):\n"
+        + '  File "orbax/checkpoint/_src/path/async_path.py", line 79, in write_text\n' * 300
+        + "RuntimeError: cannot schedule new futures after shutdown",
+        "nan_loss",
+    ),
     # MaxText 0.2.5 (common/data_loader.py): its loader's exception, caught and printed before it stops.
     (
         "data-ran-out",

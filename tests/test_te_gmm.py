@@ -20,6 +20,7 @@ from conftest import compose, losses, moekit
 from moekit.base.errors import MoekitError
 from moekit.config.checks import problems
 from moekit.observe.reports import compare
+from moekit.observe.runs import routing
 from moekit.preflight import host as run_preflight
 from moekit.preflight.maxtext_validate import validate
 from moekit.te_gmm import BUCKETS_ENV, MODE_ENV, bias, call_site, grouped, hook, preflight
@@ -298,6 +299,10 @@ def test_te_gmm_wiring_cpu_routes_maxtexts_ragged_dot_and_keeps_the_losses(wirin
     wo = f"{hook.CALL} float32[768,32] x float32[8,32,64] group_sizes int32[8] -> float32"
     assert calls == [wi, wi, wo]  # wi_0, wi_1, wo of the scanned MoE layer, traced once
     assert "moekit te_gmm" not in (wiring_runs["plain"] / "maxtext.log").read_text()
+    # The routing load is recorded through the hook too: step 0 (run.routing_every's default) of the scanned layers,
+    # the first MoE layer routed as the plain run routes it (same weights and batch before it).
+    hooked, plain = (routing.read(wiring_runs[n] / routing.FILE) for n in (mode, "plain"))
+    assert sorted(hooked) == [0] and hooked[0]["counts"][0] == plain[0]["counts"][0]
     hooked, plain = losses(wiring_runs[mode]), losses(wiring_runs["plain"])
     assert len(hooked) == len(plain) == 3
     assert hooked == pytest.approx(plain, rel=compare.RTOL, abs=compare.ATOL)

@@ -145,9 +145,10 @@ DATA_ERROR = FailureClass(
     (r"`next\(self\.data_iterator\)` failed with .*", r"load_next_batch\(\)` failed"),
 )
 CLASSES = (DATA_ENDED, DATA_ERROR, *CLASSES)
-# The loss became NaN or Inf: MaxText stops itself (abort_on_nan_loss, abort_on_inf_loss). Checked first: the
-# abort is the training's own verdict, whatever else the log says.
-NAN_LOSS = FailureClass("nan_loss", "loss not finite", (r"Aborting training due to (NaN|Inf) loss",))
+# The loss became NaN or Inf: MaxText stops itself (abort_on_nan_loss, abort_on_inf_loss). Checked first and in the
+# whole log: the abort is the training's own verdict, whatever else the log says (an async checkpoint save cut off by
+# the abort prints a traceback of hundreds of lines after it: "cannot schedule new futures after shutdown").
+NAN_LOSS = FailureClass("nan_loss", "loss not finite", (r"Aborting training due to (NaN|Inf) loss",), whole_log=True)
 CLASSES = (NAN_LOSS, *CLASSES)
 KILLED = FailureClass("killed", "killed by a signal", ())
 OTHER = FailureClass("error", "error in the training program", ())

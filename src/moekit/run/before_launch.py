@@ -12,8 +12,8 @@ from typing import Any
 from moekit import rundir
 from moekit.base import failures, redact
 from moekit.base.versions import versions
-from moekit.observe.runs import events
-from moekit.run import host_load, launch, view, watchdog
+from moekit.observe.runs import events, routing
+from moekit.run import checkpoints, host_load, launch, view, watchdog
 from moekit.run.setup import Run
 from moekit.rundir import attempts, records
 from moekit.translate import job as jobmod
@@ -43,10 +43,13 @@ def begin(ctx: Run, previous: records.Manifest | None, now: datetime) -> Prepare
     cfg, run, names = ctx.cfg, ctx.run, view.secret_names(ctx.cfg)
     with rundir.records_before_launch(run):
         attempt = attempts.set_aside(run)
+    aside = checkpoints.known(previous)  # incomplete saves and saves after a NaN: set aside before the resume
+    checkpoints.screen_into(aside, ctx.root, run, cfg.run_name, int(ctx.procs[0].get(rz.PROCESS_ID, 0)) == 0)
     resume_step = attempts.latest_checkpoint(ctx.root, cfg.run_name)
     pids = [int(p.get(rz.PROCESS_ID, 0)) for p in ctx.procs]
-    for name in (rundir.METRICS, rundir.LOG, events.FILE, watchdog.STACKS, events.STOP_FILE):  # before anything is
-        for pid in pids:  # written: a link planted where a log or record goes would carry it out of the run dir
+    # Before anything is written: a link planted where a log or record goes would carry it out of the run dir.
+    for name in (rundir.METRICS, rundir.LOG, events.FILE, watchdog.STACKS, events.STOP_FILE, routing.FILE):
+        for pid in pids:
             rundir.confined(run, run / jobmod.per_process(name, pid))
     rundir.maxtext_outputs(ctx.root, cfg.run_name)  # <run.name>/checkpoints, tensorboard, profile: no link out
     job = jobmod.build(cfg, str(ctx.root), str(run / rundir.METRICS))  # one checkpoint set for all launchers
@@ -67,6 +70,7 @@ def begin(ctx: Run, previous: records.Manifest | None, now: datetime) -> Prepare
         attempt=attempt,
         resumed_from_checkpoint=resume_step,
         attempts=history,
+        extra=dict(aside.extra),
     )
     with rundir.records_before_launch(run):  # a full disk or a vanished folder stops here, before any launch
         records.write_before_launch(run, ctx.config_view, job_record, vers, manifest, ctx.scrub)
@@ -124,6 +128,8 @@ def _specs(ctx: Run, job: jobmod.Job, names: list[str]) -> list[launch.ProcessSp
         env |= {worker.STACKS: str(ctx.run / jobmod.per_process(watchdog.STACKS, pid))}
         env |= {events.ENV: str(ctx.run / jobmod.per_process(events.FILE, pid))}
         env |= {events.STOP_ENV: str(ctx.run / events.STOP_FILE)}
+        env |= {routing.ENV: str(ctx.run / jobmod.per_process(routing.FILE, pid))}  # the routing load (sampled)
+        env |= {routing.EVERY_ENV: str(ctx.cfg.run.routing_every)}
         env |= {worker.PREEMPTIBLE: "1"} if ctx.cfg.checkpoint.every else {}
         specs.append(launch.ProcessSpec(argv, env, log))
     return specs

@@ -13,8 +13,8 @@ from typing import Any
 from moekit import rundir
 from moekit.base import console, failures
 from moekit.observe.profiles import profile
-from moekit.observe.runs import events, metrics, summary
-from moekit.run import host_load, launch
+from moekit.observe.runs import events, metrics, routing, summary
+from moekit.run import checkpoints, host_load, launch
 from moekit.run.before_launch import Prepared
 from moekit.run.follow import Launched
 from moekit.run.setup import Run
@@ -69,7 +69,7 @@ def record(ctx: Run, prep: Prepared, done: Launched, verdict: Verdict) -> tuple[
         wall_s=wall["wall_s"],
         wall_s_lower_bound=wall["lower_bound"],
         wall_s_attempts=walls,
-        stats=stats or {},
+        stats=(stats or {}) | checkpoints.summary_notes(manifest) | routing.summary_section(run, cfg.run.routing_every),
     )
     survive(verdict.unrecorded, rundir.SUMMARY, records.write_summary, run, record)
     _record_outcome(manifest, done.outcome, verdict, wall, own)

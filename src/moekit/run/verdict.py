@@ -15,7 +15,7 @@ from moekit import rundir
 from moekit.base import bounded, failures
 from moekit.base.errors import MoekitError
 from moekit.observe.runs import events
-from moekit.run import launch, preemption, watchdog
+from moekit.run import checkpoints, launch, preemption, watchdog
 from moekit.run.before_launch import Prepared
 from moekit.run.follow import Launched
 from moekit.run.setup import Run
@@ -44,6 +44,8 @@ def decide(ctx: Run, prep: Prepared, done: Launched) -> Verdict:
     # launcher of another node holds no process 0 and so no metrics.jsonl).
     last = preemption.last_step(run / jobmod.per_process(rundir.METRICS, int(ctx.procs[0].get(rz.PROCESS_ID, 0))))
     survive(unrecorded, "the merged metrics", attempts.merge_metrics, run)
+    screen = (prep.manifest, ctx.root, run, cfg.run_name, int(ctx.procs[0].get(rz.PROCESS_ID, 0)) == 0)
+    survive(unrecorded, "the checkpoints set aside", checkpoints.screen_into, *screen)  # saves after a NaN
     saved = attempts.latest_checkpoint(ctx.root, cfg.run_name)
     began = [
         t for kind, t, _, step in events.read(run / events.FILE).intervals if kind == events.SAVE and step == saved

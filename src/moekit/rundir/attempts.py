@@ -26,10 +26,11 @@ ATTEMPTS = "attempts"
 METRICS_MAX_BYTES = 512 * bounded.MiB  # a metrics file: about a million steps of MaxText's records
 LOCK = ".moekit.lock"
 # Top-level outputs of one attempt (per process: metrics.1.jsonl, maxtext.1.log, ...).
-ATTEMPT_FILES = ("metrics*.jsonl", "events*.jsonl", "maxtext*.log", "stacks*.txt", "stop.json")
+ATTEMPT_FILES = ("metrics*.jsonl", "events*.jsonl", "routing*.jsonl", "maxtext*.log", "stacks*.txt", "stop.json")
 # Keys that may differ between attempts of one run.
-# A moved run directory resumes too; the coordinator port may be held by something else when the run is relaunched.
-MAY_DIFFER = ("run.base_dir", "run.dir", "cluster.coordinator_port")
+# A moved run directory resumes too; the coordinator port may be held by something else when the run is relaunched;
+# the routing load's sampling changes what is recorded, not what is trained.
+MAY_DIFFER = ("run.base_dir", "run.dir", "cluster.coordinator_port", "run.routing_every")
 
 
 class RunDirError(MoekitError):
@@ -112,6 +113,11 @@ def _attempt_dirs(run: Path) -> list[Path]:
     folder = rundir.confined(run, run / ATTEMPTS)
     found = [p for p in folder.iterdir() if p.is_dir() and p.name.isdigit()] if folder.is_dir() else []
     return sorted(found, key=lambda p: int(p.name))
+
+
+def attempt_dirs(run: Path) -> list[Path]:
+    """attempts/<n>/ of the run directory's earlier attempts, oldest first."""
+    return _attempt_dirs(run)
 
 
 def set_aside(run: Path) -> int:

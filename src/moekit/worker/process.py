@@ -27,7 +27,7 @@ from moekit.config.kinds.backends import BACKENDS
 from moekit.rundir import PROFILE_DIR_ENV
 from moekit.translate import rendezvous as rz
 from moekit.translate.env import maxtext_env_overrides
-from moekit.worker import step_events
+from moekit.worker import routing, step_events
 
 _PR_SET_PDEATHSIG = 1
 LAUNCHER_PID = "MOEKIT_LAUNCHER_PID"  # set by `moekit train` for the processes it starts
@@ -264,6 +264,7 @@ def main() -> None:
     step_events.install(dict(os.environ))  # when saves, restores, compiles and trace edges happened (summary)
     install_backend_hooks(dict(os.environ))  # e.g. moe=te_gmm: MaxText's ragged_dot call -> TE's grouped GEMM
     install_attention_hook(dict(os.environ))  # e.g. model.attention=tokamax_mosaic: MaxText's attention call
+    routing.install(dict(os.environ))  # tokens per expert of each MoE layer at sampled steps (routing.jsonl)
     quiet_grain_shutdown(sys.argv)
     if not fabric.phase(dict(os.environ)):  # the job's collectives checked and timed before MaxText builds the model
         return  # fabric.only: the check was the job

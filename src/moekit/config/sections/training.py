@@ -26,6 +26,9 @@ class Run(Section):
     """Hang watchdog: seconds without a finished step (counted from the first) after which moekit writes every
     worker's Python stacks to the run directory and stops the run as `hang`. None derives it from the step times
     seen so far (run/watchdog.py); 0 turns the watchdog off."""
+    routing_every: int = Field(5, ge=0)
+    """Steps between samples of the routing load (tokens per expert of each MoE layer, from step 0: routing.jsonl,
+    summary.json's `routing`, the report's routing plot; observe/runs/routing.py); 0 records none."""
 
 
 class Train(Section):

@@ -16,6 +16,7 @@ from typing import Any
 
 from moekit import rundir
 from moekit.observe.profiles.profile_rules import BUCKETS
+from moekit.observe.reports import routing_plot
 from moekit.observe.runs import summary
 from moekit.observe.runs.metrics import series
 from moekit.observe.runs.rundata import Run
@@ -24,6 +25,7 @@ STEP_TIME_PNG = "step_time.png"
 TFLOPS_PNG = "tflops.png"
 LOSS_PNG = "loss.png"
 BREAKDOWN_PNG = "breakdown.png"
+ROUTING_PNG = "routing.png"
 
 
 def _pyplot():
@@ -168,6 +170,16 @@ def _breakdown(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> No
     _save(plt, fig, runs, path)
 
 
+def _routing(plt, runs: Sequence[Run], names: Sequence[str], path: Path) -> None:
+    """The routing load over steps, one panel per run that recorded it: each MoE layer's busiest expert over the
+    mean expert at the sampled steps (observe/reports/routing_plot.py)."""
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 3.2 * len(runs)), squeeze=False)
+    for ax, name, r in zip(axes[:, 0], names, runs, strict=True):
+        routing_plot.panel(ax, name, r)
+        _legend_outside(ax)
+    _save(plt, fig, runs, path)
+
+
 def _profiled(r: Run) -> bool:
     return bool((r.profile or {}).get("mean"))
 
@@ -192,6 +204,12 @@ PLOTS: tuple[Plot, ...] = (
     Plot(TFLOPS_PNG, "steady TFLOP/s per device per run, min-max bars", _tflops),
     Plot(LOSS_PNG, "training loss per step", _loss),
     Plot(BREAKDOWN_PNG, "where the step time goes, per profiled run (profile=on)", _breakdown, _profiled),
+    Plot(
+        ROUTING_PNG,
+        "routing load: busiest expert over the mean, per MoE layer, at sampled steps",
+        _routing,
+        routing_plot.recorded,
+    ),
 )
 
 
