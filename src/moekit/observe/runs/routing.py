@@ -19,13 +19,12 @@ the ranks' cv is what `moekit plan`'s routing-imbalance term takes (routing.rank
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from moekit.base import bounded
+from moekit.base import bounded, parse
 
 FILE = "routing.jsonl"
 ENV = "MOEKIT_ROUTING"  # the file a training process appends its routing records to
@@ -59,7 +58,7 @@ def read(path: Path) -> dict[int, dict[str, Any]]:
 
 def _record(line: str) -> tuple[int, int, list[str], list[list[int]]] | None:
     try:
-        row = json.loads(line)
+        row = parse.json_line(line, "routing record")
         step, ep, layers, counts = row["step"], row.get("ep", 1), row["layers"], row["counts"]
     except (ValueError, KeyError, TypeError):
         return None
