@@ -11,12 +11,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from pydantic import ValidationError
 
 from moekit.base import bounded
 from moekit.base.errors import ConfigError
 from moekit.config import formats, interpolation
+from moekit.config.kinds import hardware
 from moekit.config.schema import Config, defaults
 
 # Free-form mappings: a key under them may be new, so `a.b.KEY=V` is passed to Hydra as `++a.b.KEY=V`.
@@ -129,13 +130,19 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
         raise ConfigError(problem)
     try:
         with hydra_at(conf):
-            return compose(config_name="config", overrides=list(overrides))
+            composed = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        choices = dict(composed.hydra.runtime.choices)  # which file each group's option came from
+        with open_dict(composed):
+            del composed["hydra"]
     except yaml.YAMLError as exc:  # a config file that is not YAML, or holds a duplicate key or a tag
         raise ConfigError(yaml_problem(exc)) from None
     except UnicodeDecodeError as exc:  # a config file that is not text
         raise ConfigError(_not_text(conf, exc)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(_explain_hydra_error(str(exc), overrides, conf)) from None
+    if problem := hardware.misnamed(choices.get("hardware"), composed.get("hardware", {}).get("name"), conf):
+        raise ConfigError(problem)
+    return composed
 
 
 # YAML tags that only restate a plain scalar's type; any other tag (!!binary, !!timestamp, !!set, !!python/...) would

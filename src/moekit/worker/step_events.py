@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Any
 
+from moekit.base import quantities
 from moekit.observe.runs import events as ev
 
 _lock = threading.Lock()
@@ -177,11 +178,14 @@ def _stop_here(step: int) -> None:
     if _stop_at is None:
         try:
             with open(_stop_file, "rb") as fh:
-                _stop_at = int(json.loads(fh.read(STOP_READ_BYTES))["step"])
+                found = json.loads(fh.read(STOP_READ_BYTES))["step"]
         except FileNotFoundError:
             return
-        except (OSError, ValueError, KeyError, TypeError):  # half written: read again at the next boundary
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):  # half written: read at the next boundary
             return
+        if not quantities.valid("step", found):  # Infinity, 1e300, "3", true: not a step, so no stop here
+            return
+        _stop_at = found
     if step >= _stop_at:
         _stopping = step
 

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from moekit.base import bounded
+from moekit.base import bounded, quantities
 
 FILE = "events.jsonl"
 ENV = "MOEKIT_EVENTS"  # the file a training process appends its events to
@@ -55,6 +55,20 @@ class Events:
         return bool(self.step_end)
 
 
+def _step(value: object) -> int:
+    """A recorded step; ValueError (the line is skipped) for what no run records: Infinity, 1e300, true, "3"."""
+    if why := quantities.problem("step", value):
+        raise ValueError(why)
+    return int(value)  # type: ignore[call-overload]
+
+
+def _time(value: object) -> float:
+    """A recorded wall-clock time (seconds since the epoch); ValueError for what is not a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e11:
+        raise ValueError(f"{value!r} is not a wall-clock time")
+    return float(value)
+
+
 def parse(lines: list[str]) -> Events:
     """Events from the lines of an events file; a line cut off by a kill (or otherwise unreadable) is skipped."""
     ends: dict[int, float] = {}
@@ -65,14 +79,14 @@ def parse(lines: list[str]) -> Events:
             e = json.loads(line)
             kind = e["event"]
             if kind == STEP_END:
-                ends[int(e["step"])] = float(e["t"])
+                ends[_step(e["step"])] = _time(e["t"])
             elif kind in (SAVE, RESTORE, COMPILE):
                 step = e.get("step")
-                spans.append((kind, float(e["start"]), float(e["end"]), None if step is None else int(step)))
+                spans.append((kind, _time(e["start"]), _time(e["end"]), None if step is None else _step(step)))
             elif kind in (TRACE_START, TRACE_STOP):
-                spans.append((kind, float(e["t"]), float(e["t"]), None))
+                spans.append((kind, _time(e["t"]), _time(e["t"]), None))
             elif kind == STOP:
-                stopped = int(e["step"])
+                stopped = _step(e["step"])
         except (ValueError, KeyError, TypeError):
             continue
     return Events(ends, spans, stopped)
@@ -88,9 +102,9 @@ def last_io(lines: list[str]) -> tuple[str, float, bool] | None:
             e = json.loads(line)
             kind = e["event"]
             if kind in _ENDED_BY:
-                last = (_ENDED_BY[kind], float(e["t"]), True)
+                last = (_ENDED_BY[kind], _time(e["t"]), True)
             elif kind in (SAVE, RESTORE):
-                last = (kind, float(e["end"]), False)
+                last = (kind, _time(e["end"]), False)
         except (ValueError, KeyError, TypeError):
             continue
     return last
@@ -103,7 +117,7 @@ def span(lines: list[str]) -> tuple[float, float] | None:
     for line in lines:
         try:
             e = json.loads(line)
-            times += [float(e[k]) for k in ("t", "start", "end") if k in e]
+            times += [_time(e[k]) for k in ("t", "start", "end") if k in e]
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
     return (min(times), max(times)) if times else None
