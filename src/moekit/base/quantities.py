@@ -70,6 +70,9 @@ QUANTITIES: dict[str, Quantity] = {
     # a run's own numbers read back (stop flag, metrics, events)
     "step": Quantity("steps", 0, 1 << 53, "a training step: an integer a float still counts exactly", True),
     "seconds": Quantity("s", 0, 1e9, "a duration of a run: 30 years is beyond any"),
+    # verify's tolerances (observe/reports/compare.py)
+    "rtol": Quantity("relative difference", 0, 10, "a loss 10 times off is no equivalence; below 0 nothing passes"),
+    "atol": Quantity("loss units", 0, 1000, "a loss is a few nats; below 0 nothing passes"),
     # counts counted before they are expanded
     "sweep_runs": Quantity(
         "runs", 1, 1024, "one multirun starts every run it lists, one after another: a thousand is days of GPUs", True
@@ -90,7 +93,7 @@ def problem(name: str, value: Any) -> str | None:
     want = f"want {'an integer' if q.integer else 'a number'} from {_num(q.low)} to {_num(q.high)} {q.unit} ({q.why})"
     if not _is_number(value) or (q.integer and not isinstance(value, int)):
         return f"not {'an integer' if q.integer else 'a number'}; {want}"
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):  # an int is finite, however long
         return f"not finite; {want}"
     if not q.low <= value <= q.high:
         return f"out of range; {want}"
