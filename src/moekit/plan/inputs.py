@@ -74,13 +74,11 @@ def _short(value: object) -> str:
 def check_numbers(compute_tflops: float | None, scale: Sequence[int]) -> None:
     """Refuse `moekit plan`'s command-line numbers that no hardware has: a compute rate outside what a device gives
     (base/quantities.py), GPU counts under 1 or beyond MAX_GPUS (before anything is composed)."""
-    if compute_tflops is not None:
-        quantities.check(
-            "compute_tflops",
-            compute_tflops,
-            "--compute-tflops",
-            "give the TFLOP/s one device reaches while computing, e.g. --compute-tflops 700, or leave it out for the "
-            "datasheet peak",
+    if compute_tflops is not None and (why := quantities.problem("compute_tflops", compute_tflops)):
+        raise ConfigError(
+            f"--compute-tflops {compute_tflops:g}: {why}.\n"
+            "  fix: give the TFLOP/s one device reaches while computing, e.g. --compute-tflops 700, or leave it out "
+            "for the datasheet peak"
         )
     bad = [n for n in scale if not 1 <= n <= MAX_GPUS]
     if bad:
