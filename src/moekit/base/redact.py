@@ -3,9 +3,10 @@
 A name is secret when one of its words looks like a credential (HF_TOKEN, WANDB_API_KEY,
 hf_access_token, DB_PASSWORD, ...) or the config lists it in run.secrets. Values of secret names are
 replaced by REDACTED in structures, and every such value is also scrubbed from free text (logs,
-commands), wherever it appears. A password inside a URL (`scheme://user:password@host/...`, in data files,
-a tokenizer path or any value) is a secret whatever its key is called: it is replaced in every text, tree and
-assignment these functions see.
+commands), wherever it appears. The credential inside a URL (`scheme://user:password@host/...` with any
+character RFC 3986 allows, or a token as the user, `https://ghp_...@host/`), in data files, a tokenizer path or any
+value, is a secret whatever its key is called: found by parsing the URL's authority, it is replaced in every text,
+tree and assignment these functions see. This module is the one redactor of console, records and rendered files.
 """
 
 from __future__ import annotations
@@ -16,27 +17,72 @@ from typing import Any
 
 REDACTED = "<redacted>"
 
-# Words of a variable or key name (split at _, -, . and case changes) that mark it secret anywhere ...
-SECRET_WORDS = frozenset({"SECRET", "PASSWORD", "PASSWD", "PASSPHRASE", "APIKEY", "CREDENTIAL", "CREDENTIALS"})
-# ... and words that do so only at the end: HF_TOKEN and WANDB_API_KEY, but not key_proj or experts_per_token=2
+# The documented list of credential words (docs/troubleshooting.md, "Secrets"). A name is split into words at _, -, .
+# and case changes; it is secret when one of its words is in SECRET_WORDS or begins with one of SECRET_PREFIXES ...
+SECRET_WORDS = frozenset(
+    {"SECRET", "SECRETS", "APIKEY", "CREDENTIAL", "CREDENTIALS", "CREDS", "PAT", "BEARER", "PRIVATEKEY"}
+)
+SECRET_PREFIXES = ("PASS",)  # PASS, PASSWORD, PASSWD, PASSPHRASE, PASSCODE
+NOT_SECRET_WORDS = frozenset({"PASSES", "PASSED", "PASSING", "PASSIVE", "PASSTHROUGH"})  # xla_disable_hlo_passes
+# ... or when its last word is one of these: HF_TOKEN and WANDB_API_KEY, but not key_proj or experts_per_token=2
 # (numbers and booleans are never treated as secrets either).
-SECRET_LAST_WORDS = ("TOKEN", "KEY", "COOKIE", "AUTHORIZATION")
+SECRET_LAST_WORDS = ("TOKEN", "KEY", "COOKIE", "AUTHORIZATION", "AUTH")
 # Values shorter than this are not scrubbed from free text: "1" or "true" would mangle every log line.
 MIN_SCRUB_LEN = 6
-# The password of a URL's user information (RFC 3986: `/`, `@` and whitespace are percent-encoded inside it).
-URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:'\"]*:)(?P<password>[^\s/@'\"]+)@")
+# A URL's user information without a password is a credential (https://ghp_xxx@github.com/...) when it is this long,
+# or begins like a token; a short login (ssh://git@host) is kept.
+TOKEN_USER_LEN = 16
+TOKEN_PREFIXES = ("ghp_", "gho_", "ghu_", "ghs_", "github_pat_", "hf_", "glpat-", "xox", "sk-", "AKIA")
+_AUTHORITY_END = re.compile(r"[/?#\s]")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*$")
+
+
+def _userinfo_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, secret) of every credential in the user information of a URL in `text`: the password, or a
+    token standing alone. The authority is what follows `scheme://` up to /, ?, # or whitespace (RFC 3986: every
+    other character, quotes included, may appear in user information), parsed by urllib."""
+    from urllib.parse import urlsplit
+
+    spans = []
+    at = text.find("://")
+    while at != -1:
+        start = at + 3
+        end = _AUTHORITY_END.search(text, start)
+        stop = end.start() if end else len(text)
+        authority = text[start:stop]
+        if "@" in authority and _SCHEME.search(text[max(0, at - 32) : at]):
+            userinfo = authority.rpartition("@")[0]
+            try:
+                parts = urlsplit("x://" + authority)
+                user, password = parts.username or "", parts.password
+            except ValueError:  # a malformed host ("[::1"): the user information is still the part before @
+                user, colon, password = userinfo.partition(":")
+                password = password if colon else None
+            if password:
+                spans.append((start + len(userinfo) - len(password), start + len(userinfo), password))
+            elif user and (len(user) >= TOKEN_USER_LEN or user.startswith(TOKEN_PREFIXES)):
+                spans.append((start, start + len(user), user))
+        at = text.find("://", start)
+    return spans
 
 
 def redact_urls(text: str) -> str:
-    """`text` with the password of every `scheme://user:password@host` replaced (the user name is kept)."""
-    return URL_PASSWORD.sub(lambda m: f"{m['head']}{REDACTED}@", text) if "://" in text else text
+    """`text` with the credential of every URL's user information replaced: the password of
+    `scheme://user:password@host` (the user name is kept), or a token given as the user (`https://TOKEN@host`)."""
+    if "://" not in text or "@" not in text:
+        return text
+    out, last = [], 0
+    for start, end, _ in _userinfo_spans(text):
+        out += [text[last:start], REDACTED]
+        last = end
+    return "".join(out) + text[last:]
 
 
 def url_passwords(text: str) -> set[str]:
-    """The passwords of the URLs in `text` (to scrub wherever else they appear, decoded or not)."""
+    """The credentials in the URLs of `text` (to scrub wherever else they appear, decoded or not)."""
     from urllib.parse import unquote
 
-    found = {m["password"] for m in URL_PASSWORD.finditer(text)} if "://" in text else set()
+    found = {secret for _, _, secret in _userinfo_spans(text)} if "://" in text and "@" in text else set()
     return found | {unquote(p) for p in found}
 
 
@@ -52,7 +98,8 @@ def is_secret_name(name: str, extra: Iterable[str] = ()) -> bool:
     if not words:
         return False
     glued = words[-1].endswith(("TOKEN", "APIKEY")) or any(p in name.upper() for p in ("PASSWORD", "SECRET"))
-    return glued or words[-1] in SECRET_LAST_WORDS or any(w in SECRET_WORDS for w in words)
+    listed = any(w in SECRET_WORDS or (w.startswith(SECRET_PREFIXES) and w not in NOT_SECRET_WORDS) for w in words)
+    return glued or listed or words[-1] in SECRET_LAST_WORDS
 
 
 def _secret_value(value: Any) -> bool:

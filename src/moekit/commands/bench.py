@@ -134,10 +134,14 @@ def run(args: argparse.Namespace) -> int:
             )
     try:
         gemm_s, bandwidth = timing.probe(shape, args.dtype)
-    except Exception as exc:  # a probe that cannot run (memory, an unsupported dtype) gives no estimate, not a guess
-        say(f"no time estimate: the probe of this shape failed ({type(exc).__name__}: {str(exc)[:200]})")
-    else:
-        say(timing.estimate(shape, args.dtype, kernels, dims["iters"], gemm_s, bandwidth, platform, layer))
+    except Exception as exc:  # noqa: BLE001 - a shape one GEMM of cannot run (memory, dtype): the kernels cannot either
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise MoekitError(
+            f"bench {args.bench}: shape {shape_name} cannot run here: its one-GEMM probe failed ({type(exc).__name__}: "
+            f"{first}); nothing was timed.\n  fix: a smaller shape (--shape small, or smaller --tokens/--hidden/"
+            "--ffn), or another --dtype"
+        ) from None
+    say(timing.estimate(shape, args.dtype, kernels, dims["iters"], gemm_s, bandwidth, platform, layer))
     if args.bench == "gmm":
         result = gmm.run(shape, _list(args.backends), _list(args.skews), args.dtype, dims["iters"], progress=say)
         text = gmm.format_table(result)

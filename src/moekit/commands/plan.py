@@ -8,6 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
+from moekit.base import quantities
 from moekit.base.errors import ConfigError
 
 HELP = "estimate memory, FLOPs and communication per device before launch"
@@ -90,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     inputs.check_numbers(args.compute_tflops, scale)
     record = inputs.fabric_record(args.fabric)  # refused, if it must be, before anything is composed
     cfg = load(args.overrides, warn=False)  # the plan lists the warnings itself
+    if args.search:
+        inputs.check_search(cfg.num_devices)
     if record is not None and not args.fabric_any:
         why = forecast.fabric_mismatch(record, cfg.hardware.name)
         if why:
@@ -104,5 +107,6 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # a model that cannot be planned
         raise ConfigError(str(exc)) from None
     out["config_warnings"] = [str(w) for w in warnings(cfg)]
+    quantities.dumps(out, "plan")  # every number finite before any is printed (JSON or text)
     print(json.dumps(out, indent=2) if args.format == "json" else text.format_text(out))
     return 0

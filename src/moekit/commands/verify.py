@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from moekit import rundir
-from moekit.base import redact
+from moekit.base import quantities, redact
 from moekit.base.errors import MoekitError
 from moekit.config.checks import format_warnings, warnings
 from moekit.config.load import load
@@ -86,6 +86,8 @@ def finished_reference(path: Path) -> rundata.Run:
 
 def plan(args: argparse.Namespace) -> tuple[list[str], Config, list[tuple[list[str], Config]]]:
     """The reference's overrides and config, and each candidate's, all composed and checked before anything trains."""
+    for flag, name in (("--rtol", "rtol"), ("--atol", "atol")):
+        quantities.check(name, getattr(args, name), flag, f"{flag} {getattr(compare, name.upper()):g} (the default)")
     if args.reference is not None:
         if args.overrides or args.steps is not None:
             raise VerifyError("--reference RUN_DIR brings its own overrides and steps; drop the others.")

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from pydantic import ValidationError
 
 from moekit.base import bounded, parse
 from moekit.base.errors import ConfigError
 from moekit.config import formats, interpolation
+from moekit.config.kinds import hardware
 from moekit.config.kinds.families import FAMILIES, Tiny
 from moekit.config.schema import Config, defaults
 
@@ -140,11 +141,17 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
         raise ConfigError(f"no moekit config tree at {conf}: set MOEKIT_CONF_DIR to the folder holding config.yaml.")
     try:
         with checked_tree(conf) as copy, hydra_at(copy):
-            return compose(config_name="config", overrides=list(overrides))
+            composed = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        choices = dict(composed.hydra.runtime.choices)  # which file each group's option came from
+        with open_dict(composed):
+            del composed["hydra"]
     except yaml.YAMLError as exc:  # a config file that is not YAML, or holds a duplicate key or a tag
         raise ConfigError(in_tree(yaml_problem(exc), conf)) from None
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # Hydra raises ValueError for some input
         raise ConfigError(in_tree(_explain_hydra_error(str(exc), overrides, conf), conf)) from None
+    if problem := hardware.misnamed(choices.get("hardware"), composed.get("hardware", {}).get("name"), conf):
+        raise ConfigError(problem)
+    return composed
 
 
 _COPY = "moekit-conf-"  # the prefix of a checked copy's folder, replaced by the tree's own path in messages

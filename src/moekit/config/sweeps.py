@@ -7,8 +7,10 @@ benchmarks/run_presets.py.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 
+from moekit.base import quantities
 from moekit.base.errors import ConfigError
 from moekit.config.compose import group_options
 
@@ -34,6 +36,7 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
 
     try:
         parsed = OverridesParser.create(config_loader=_GroupOptions()).parse_overrides(list(overrides))
+        _refuse_too_many(parsed)
         axes: dict[str, list[str]] = {}
         for o in parsed:
             key = o.get_key_element()
@@ -51,6 +54,35 @@ def expand(overrides: Sequence[str]) -> list[list[str]]:
         empty = [k for k, v in axes.items() if not v]
         raise ConfigError(f"the sweep over {', '.join(empty)} matches no option; check the glob() pattern.")
     return [list(combo) for combo in itertools.product(*axes.values())]
+
+
+def _axis_size(override) -> int:
+    """How many values one parsed override stands for, counted without listing them (a range of a billion is one
+    subtraction); a glob() lists files of one folder, which are few."""
+    from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
+
+    value = override.value()
+    if not override.is_sweep_override():
+        return 1
+    if isinstance(value, RangeSweep):
+        if not value.step:
+            raise ConfigError(f"{override.get_key_element()}: range() with step 0 never ends; give a step.")
+        return max(math.ceil((value.stop - value.start) / value.step), 0)
+    if isinstance(value, ChoiceSweep):
+        return len(value.list)
+    return len(list(override.sweep_iterator()))
+
+
+def _refuse_too_many(parsed) -> None:
+    """Count the runs a multirun names before any is listed: a product of ranges can name billions."""
+    sizes = {o.get_key_element(): _axis_size(o) for o in parsed}
+    runs = math.prod(sizes.values())
+    if why := quantities.problem("sweep_runs", runs) if runs else None:
+        axes = ", ".join(f"{k} ({n:,})" for k, n in sizes.items() if n > 1)
+        raise ConfigError(
+            f"the multirun names {runs:,} runs ({axes}): {why}.\n"
+            "  fix: sweep fewer values (range(a,b,step) with a larger step, or fewer axes at once)"
+        )
 
 
 def is_sweep(overrides: Sequence[str]) -> bool:

@@ -3,17 +3,15 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from moekit.base import bounded, parse
+from moekit.base import bounded, parse, quantities
 from moekit.base.errors import ConfigError
 
 FABRIC_MAX_BYTES = 32 << 20  # a fabric.json lists every rank's times: about 2 MB at 1,024 GPUs, so 16k GPUs fit
-MAX_RATIO = 1.5  # measured bus bandwidth over the link's nominal rate: beyond this it measured something else
-MAX_GPUS = 1 << 20  # --scale and the searched GPU count: a million GPUs is beyond any cluster built
+MAX_GPUS = quantities.MAX_GPUS  # --scale and the searched GPU count: a million GPUs is beyond any cluster built
 
 
 def fabric_record(path: Path | None) -> dict[str, Any] | None:
@@ -46,27 +44,38 @@ def fabric_record(path: Path | None) -> dict[str, Any] | None:
 
 
 def _result_problems(r: object) -> list[str]:
-    """What is impossible in one fabric.json result: a time, size or ratio out of what a measurement gives."""
+    """What is impossible in one fabric.json result: a time, size, ratio or rate out of what a measurement gives
+    (base/quantities.py: a 1-byte collective of an hour is a stall, not a measurement)."""
     if not isinstance(r, dict):
         return ["not a mapping"]
+    wrong = []
+    for key, name, none_ok in (
+        ("size_bytes", "fabric_size_bytes", False),
+        ("time_s", "fabric_time_s", True),
+        ("ratio", "fabric_ratio", True),
+    ):
+        if r.get(key) is None and none_ok:
+            continue
+        if why := quantities.problem(name, r.get(key)):
+            wrong.append(f"{key}={_short(r.get(key))}: {why}")
+    if not wrong and r.get("time_s") is not None:
+        rate = r["size_bytes"] / r["time_s"]
+        if why := quantities.problem("fabric_bytes_per_s", rate):
+            wrong.append(f"size_bytes/time_s={rate:.3g}: {why}")
+    return wrong
 
-    def number(key: str, low: float, high: float, none_ok: bool) -> list[str]:
-        v = r.get(key)
-        if v is None and none_ok:
-            return []
-        if isinstance(v, bool) or not isinstance(v, int | float) or not low < v <= high:
-            return [f"{key}={v!r}: want a number above {low:g} and at most {high:g}"]
-        return []
 
-    return number("size_bytes", 0, 2**40, False) + number("time_s", 0, 3600, True) + number("ratio", 0, MAX_RATIO, True)
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_numbers(compute_tflops: float | None, scale: Sequence[int]) -> None:
-    """Refuse `moekit plan`'s command-line numbers that no hardware has: a compute rate that is not a positive finite
-    TFLOP/s, GPU counts under 1 or beyond MAX_GPUS (before anything is composed)."""
-    if compute_tflops is not None and not (math.isfinite(compute_tflops) and compute_tflops > 0):
+    """Refuse `moekit plan`'s command-line numbers that no hardware has: a compute rate outside what a device gives
+    (base/quantities.py), GPU counts under 1 or beyond MAX_GPUS (before anything is composed)."""
+    if compute_tflops is not None and (why := quantities.problem("compute_tflops", compute_tflops)):
         raise ConfigError(
-            f"--compute-tflops {compute_tflops:g}: a device computes at a positive, finite rate.\n"
+            f"--compute-tflops {compute_tflops:g}: {why}.\n"
             "  fix: give the TFLOP/s one device reaches while computing, e.g. --compute-tflops 700, or leave it out "
             "for the datasheet peak"
         )
@@ -78,3 +87,13 @@ def check_numbers(compute_tflops: float | None, scale: Sequence[int]) -> None:
         )
     if len(scale) > 64:
         raise ConfigError(f"--scale: {len(scale)} GPU counts; give at most 64")
+
+
+def check_search(devices: int) -> None:
+    """`plan --search` ranks layouts for the config's GPU count: refuse a count beyond MAX_GPUS before any layout is
+    listed (the search's work grows with the count's divisors)."""
+    if not 1 <= devices <= MAX_GPUS:
+        raise ConfigError(
+            f"plan --search over {devices:,} GPUs: the search takes from 1 to {MAX_GPUS:,} GPUs.\n"
+            "  fix: set cluster.nodes and cluster.gpus_per_node to the cluster you plan for"
+        )

@@ -15,6 +15,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from moekit.base import quantities
 from moekit.config.schema import Config
 from moekit.plan import forecast, memory
 from moekit.plan.forecast import Param, Setup
@@ -74,9 +75,13 @@ def rank(
     host = cfg.hardware.host_gib_per_gpu
     biggest = max(2 * float(cfg.train.per_device_batch_size), 1.0)
     rows = []
-    for ici, dcn in candidates(cfg, int(values0.get("num_experts", 1))):
+    layouts = candidates(cfg, int(values0.get("num_experts", 1)))
+    batches = [b for b in BATCHES if b <= biggest]
+    if why := quantities.problem("search_layouts", len(layouts) * len(batches)):  # counted before any is forecast
+        raise ValueError(f"plan --search: {len(layouts):,} meshes x {len(batches)} batches: {why}")
+    for ici, dcn in layouts:
         mesh = Mesh(ici, dcn, cfg.hardware.nvlink_domain)
-        for batch in (b for b in BATCHES if b <= biggest):
+        for batch in batches:
             keys = {f"ici_{a}_parallelism": ici[a] for a in AXES} | {f"dcn_{a}_parallelism": dcn[a] for a in AXES}
             values = {**values0, **keys, "per_device_batch_size": batch}
             dims = Dims.from_values(values)

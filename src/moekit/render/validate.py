@@ -133,11 +133,34 @@ def _where(error: jsonschema.ValidationError) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "(top level)"
 
 
-def crd_problems(manifest: dict[str, Any], schema: dict[str, Any]) -> list[str]:
-    """Where the manifest breaks the CRD's openAPIV3Schema, one line per error ('CRD: <where>: ...')."""
+# OpenAPI's number formats (Kubernetes: `format: int32` on maxRestarts, replicas, ports), which jsonschema leaves to
+# the caller: a schema's format is one of its bounds, so the check applies it as the API server does.
+INT_FORMATS = {"int32": 1 << 31, "int64": 1 << 63}
+
+
+@functools.cache
+def format_checker() -> Any:
+    """jsonschema's format checker, with OpenAPI's int32, int64, float and double."""
+    import math
+
     import jsonschema
 
-    validator = jsonschema.Draft202012Validator(schema)
+    checker = jsonschema.FormatChecker()
+    for name, bound in INT_FORMATS.items():
+        checker.checks(name)(
+            lambda v, bound=bound: not isinstance(v, int) or isinstance(v, bool) or -bound <= v < bound
+        )
+    for name in ("float", "double"):
+        checker.checks(name)(lambda v: not isinstance(v, float) or math.isfinite(v))
+    return checker
+
+
+def crd_problems(manifest: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    """Where the manifest breaks the CRD's openAPIV3Schema, one line per error ('CRD: <where>: ...'); formats
+    (int32, int64, ...) and every declared bound included."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema, format_checker=format_checker())
     return [f"CRD: {_where(e)}: {e.message}" for e in sorted(validator.iter_errors(manifest), key=str)]
 
 
@@ -167,7 +190,7 @@ def template_problems(manifest: dict[str, Any], version: str = KUBERNETES_VERSIO
     import jsonschema
 
     schema, registry = _kubernetes_schema(version)
-    validator = jsonschema.Draft202012Validator(schema, registry=registry)
+    validator = jsonschema.Draft202012Validator(schema, registry=registry, format_checker=format_checker())
     out = []
     for i, rjob in enumerate(manifest.get("spec", {}).get("replicatedJobs", [])):
         for e in sorted(validator.iter_errors(rjob.get("template", {})), key=str):

@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any
 
-from moekit.base import parse
+from moekit.base import parse, quantities
 from moekit.base.errors import MoekitError
 from moekit.observe.runs import events as ev
 
@@ -178,14 +178,14 @@ def _stop_here(step: int) -> None:
         return
     if _stop_at is None:
         try:  # one non-blocking open, no link followed: a pipe or device planted there is refused, never waited on
-            step_at = parse.json_file(_stop_file, STOP_READ_BYTES, "stop flag", follow=False)["step"]
-            if isinstance(step_at, bool) or not isinstance(step_at, int):
-                return
-            _stop_at = step_at
+            found = parse.json_file(_stop_file, STOP_READ_BYTES, "stop flag", follow=False)["step"]
         except FileNotFoundError:
             return
         except (OSError, ValueError, KeyError, TypeError, MoekitError):  # half written: read again next boundary
             return
+        if not quantities.valid("step", found):  # Infinity, 1e300, "3", true: not a step, so no stop here
+            return
+        _stop_at = found
     if step >= _stop_at:
         _stopping = step
 

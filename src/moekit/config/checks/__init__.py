@@ -12,7 +12,19 @@ from __future__ import annotations
 from typing import Final, Literal
 
 from moekit.base.errors import ConfigError
-from moekit.config.checks import checkpoint, cluster, compute, data, family, known_issues, mesh, moe, sizes, text
+from moekit.config.checks import (
+    checkpoint,
+    cluster,
+    compute,
+    data,
+    family,
+    known_issues,
+    maxtext_view,
+    mesh,
+    moe,
+    sizes,
+    text,
+)
 from moekit.config.checks.problem import Check, Problem
 from moekit.config.schema import Config
 
@@ -48,6 +60,7 @@ REGISTRY: list[tuple[Check, Literal["every job", "training"]]] = [
     (moe.te_moe_requirements, TRAINING),
     (moe.te_gmm_requirements, TRAINING),
     (moe.dispatch_fits_backend, TRAINING),
+    (maxtext_view.backend_keys, TRAINING),
     (compute.memory_policy_consistent, TRAINING),
     (compute.attention_supported, TRAINING),
     (compute.profile_window_fits, TRAINING),
@@ -89,12 +102,17 @@ def problems(cfg: Config) -> list[Problem]:
     beyond 64 bits) come alone: the other checks compute with them."""
     if found := list(text.numbers_in_range(cfg)):
         return found
-    return [p for fn in CHECKS if not (cfg.fabric.only and fn in TRAINING_ONLY) for p in fn(cfg)]
+    seen, origins, wrong = maxtext_view.effective(cfg)  # what MaxText receives: escape hatches merged in
+    if wrong:
+        return wrong
+    checks = [fn for fn in CHECKS if not (cfg.fabric.only and fn in TRAINING_ONLY)]
+    return [maxtext_view.attributed(p, origins) for fn in checks for p in fn(seen)]
 
 
 def warnings(cfg: Config) -> list[Problem]:
     """What runs, but probably not as meant; each with its fix. Callers print them before launching."""
-    return [p for fn in WARNINGS for p in fn(cfg)]
+    seen, origins, wrong = maxtext_view.effective(cfg)
+    return [] if wrong else [maxtext_view.attributed(p, origins) for fn in WARNINGS for p in fn(seen)]
 
 
 def format_warnings(found: list[Problem]) -> str:

@@ -50,3 +50,15 @@ def row(name: str, conf: Path) -> dict[str, Any]:
         return {}
     found = read_yaml(path, "hardware row")
     return found if isinstance(found, dict) else {}
+
+
+def misnamed(option: str | None, name: object, conf: Path) -> str | None:
+    """Why the hardware row chosen as `option` (conf/hardware/<option>.yaml) is not that row: its `name:` must be the
+    file's, since the plan, MFU and provenance name the row's file by it. None when it is (or no row was chosen)."""
+    if option is None or name == option:
+        return None
+    path = conf / "hardware" / f"{option}.yaml"
+    return (
+        f"hardware row {path}: its name is {name!r}, but a row carries its file's name (plan, MFU and provenance "
+        f"cite conf/hardware/<name>.yaml).\n  fix: write `name: {option}` in {path}, or name the file after the row"
+    )

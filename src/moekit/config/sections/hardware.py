@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import model_validator
 
+from moekit.base import quantities
 from moekit.config.kinds.hardware import link_classes
 from moekit.config.sections.base import Scalar, Section
 
@@ -13,9 +14,9 @@ from moekit.config.sections.base import Scalar, Section
 class Peaks(Section):
     """Datasheet dense peaks per device, the denominators of MFU."""
 
-    bf16: float | None = Field(gt=0, allow_inf_nan=False)
+    bf16: quantities.Field("peak_tflops") | None
     """Dense BF16 peak, TFLOP/s per device; None where no meaningful peak exists (CPU)."""
-    fp8: float | None = Field(gt=0, allow_inf_nan=False)
+    fp8: quantities.Field("peak_tflops") | None
     """Dense FP8 peak, TFLOP/s per device; None where no meaningful peak exists (CPU)."""
 
 
@@ -64,20 +65,20 @@ class Hardware(Section):
     """JAX platform."""
     arch: str
     """Architecture family (cpu, hopper, blackwell)."""
-    sm: int | None = Field(gt=0)
+    sm: quantities.Field("sm") | None = None
     """CUDA compute capability as an integer (90 = 9.0); None on CPU."""
-    hbm_gib: float | None = Field(gt=0, allow_inf_nan=False)
+    hbm_gib: quantities.Field("hbm_gib") | None = None
     """Device memory per GPU, GiB; None on CPU."""
-    hbm_tb_per_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    hbm_tb_per_s: quantities.Field("hbm_tb_per_s") | None = None
     """HBM bandwidth per GPU, TB/s (datasheet): the forecast's memory-bound parts; None on CPU."""
     hbm_source: str | None = None
     """Citation of the HBM bandwidth."""
-    nvlink_domain: int | None = Field(ge=1)
+    nvlink_domain: quantities.Field("nvlink_domain") | None = None
     """GPUs that share one NVLink domain (8: an HGX/DGX node; 72: a GB200/GB300 NVL72 rack); None on CPU.
     The ICI axes (parallelism.ici) should fit in one; what crosses domains runs over the slower network."""
     links: HardwareLinks | None = None
     """The link classes inside and across NVLink domains and to the host; None on CPU."""
-    host_gib_per_gpu: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    host_gib_per_gpu: quantities.Field("host_gib_per_gpu") | None = None
     """Host memory per GPU, GiB: the limit of offloaded activations; None on CPU."""
     host_source: str | None = None
     """Citation of the host memory size."""

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from moekit.base import bounded
+from moekit.base import bounded, quantities
 from moekit.base.parse import json_line
 
 FILE = "events.jsonl"
@@ -56,6 +56,20 @@ class Events:
         return bool(self.step_end)
 
 
+def _step(value: object) -> int:
+    """A recorded step; ValueError (the line is skipped) for what no run records: Infinity, 1e300, true, "3"."""
+    if why := quantities.problem("step", value):
+        raise ValueError(why)
+    return int(value)  # type: ignore[call-overload]
+
+
+def _time(value: object) -> float:
+    """A recorded wall-clock time (seconds since the epoch); ValueError for what is not a finite number >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e11:
+        raise ValueError(f"{value!r} is not a wall-clock time")
+    return float(value)
+
+
 def parse(lines: Iterable[str] | Iterable[bytes]) -> Events:
     """Events from the lines of an events file; a line cut off by a kill (or otherwise unreadable) is skipped."""
     ends: dict[int, float] = {}
@@ -66,14 +80,14 @@ def parse(lines: Iterable[str] | Iterable[bytes]) -> Events:
             e = json_line(line)
             kind = e["event"]
             if kind == STEP_END:
-                ends[int(e["step"])] = float(e["t"])
+                ends[_step(e["step"])] = _time(e["t"])
             elif kind in (SAVE, RESTORE, COMPILE):
                 step = e.get("step")
-                spans.append((kind, float(e["start"]), float(e["end"]), None if step is None else int(step)))
+                spans.append((kind, _time(e["start"]), _time(e["end"]), None if step is None else _step(step)))
             elif kind in (TRACE_START, TRACE_STOP):
-                spans.append((kind, float(e["t"]), float(e["t"]), None))
+                spans.append((kind, _time(e["t"]), _time(e["t"]), None))
             elif kind == STOP:
-                stopped = int(e["step"])
+                stopped = _step(e["step"])
         except (ValueError, KeyError, TypeError, OverflowError):
             continue
     return Events(ends, spans, stopped)
@@ -89,9 +103,9 @@ def last_io(lines: Iterable[str] | Iterable[bytes]) -> tuple[str, float, bool] |
             e = json_line(line)
             kind = e["event"]
             if kind in _ENDED_BY:
-                last = (_ENDED_BY[kind], float(e["t"]), True)
+                last = (_ENDED_BY[kind], _time(e["t"]), True)
             elif kind in (SAVE, RESTORE):
-                last = (kind, float(e["end"]), False)
+                last = (kind, _time(e["end"]), False)
         except (ValueError, KeyError, TypeError, OverflowError):
             continue
     return last
@@ -104,7 +118,7 @@ def span(lines: Iterable[str] | Iterable[bytes]) -> tuple[float, float] | None:
     for line in lines:
         try:
             e = json_line(line)
-            times += [float(e[k]) for k in ("t", "start", "end") if k in e]
+            times += [_time(e[k]) for k in ("t", "start", "end") if k in e]
         except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
             continue
     return (min(times), max(times)) if times else None

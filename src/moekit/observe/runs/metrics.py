@@ -6,7 +6,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from moekit.base import bounded
+from moekit.base import bounded, quantities
 from moekit.base.errors import MoekitError
 from moekit.base.parse import json_line
 
@@ -73,8 +73,8 @@ def read(path: Path, steps: int | None = None) -> Metrics:
 def _step(value: object, steps: int | None) -> int:
     """A record's step number; ValueError unless it is a whole number in 0 .. steps - 1."""
     whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if isinstance(value, bool) or not whole or value < 0:
-        raise ValueError(f"step {value!r} is not a whole number >= 0")
+    if isinstance(value, bool) or not whole or quantities.problem("step", int(value)):  # 1e300 is no step either
+        raise ValueError(f"step {value!r} is not a whole number from 0 to 2**53")
     if steps is not None and value >= steps:
         raise ValueError(f"step {int(value)} lies past the run's planned {steps} steps (train.steps in its config)")
     return int(value)
