@@ -25,6 +25,7 @@ from moekit.config.compose import (
     group_options,
     hydra_at,
     in_tree,
+    stored_models,
     yaml_problem,
 )
 
@@ -49,7 +50,14 @@ def description(path: Path) -> str:
 def groups(conf: Path | None = None) -> dict[str, dict[str, str]]:
     """group -> option -> one-line description, for every group of conf/."""
     conf = conf or config_dir()
-    return {g: {o: description(conf / g / f"{o}.yaml") for o in group_options(g, conf)} for g in GROUPS}
+    stored = stored_models()  # a family's tiny size has no file: its row says what it is
+
+    def said(group: str, option: str) -> str:
+        if group == "model" and option in stored and not (conf / group / f"{option}.yaml").is_file():
+            return stored[option].says
+        return description(conf / group / f"{option}.yaml")
+
+    return {g: {o: said(g, o) for o in group_options(g, conf)} for g in GROUPS}
 
 
 @dataclass(frozen=True, slots=True)
