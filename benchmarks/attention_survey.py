@@ -162,8 +162,8 @@ def measure(args: argparse.Namespace) -> dict:
                     t_all = _time(fwd_bwd, (q, k, v, dout), args.repeats)
                 t_bwd = max(t_all - t_fwd, 1e-9)
                 row.update(fwd_ms=round(t_fwd * 1e3, 3), bwd_ms=round(t_bwd * 1e3, 3),
-                           fwd_tflops=round(flops / t_fwd / 1e12, 1), bwd_tflops=round(2 * flops / t_bwd / 1e12, 1),
-                           train_tflops=round(3 * flops / t_all / 1e12, 1))
+                           fwd_tflops=round(flops / t_fwd / 1e12, 4), bwd_tflops=round(2 * flops / t_bwd / 1e12, 4),
+                           train_tflops=round(3 * flops / t_all / 1e12, 4))
                 worst = max(row[n] for n in ("forward", "dq", "dk", "dv"))
                 row["status"] = "same" if worst <= parity.TOLERANCE else "differs"
             except Exception as exc:  # one implementation's failure is a row, not the end of the table
