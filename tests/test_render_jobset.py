@@ -361,7 +361,7 @@ def test_a_claimed_resource_claim_template_is_named_with_what_creates_it():
     p = moekit("render", "target=jobset", "experiment=dsv3_blog")
     assert p.returncode == 0 and "resourceClaimTemplateName: moekit-compute-domain-channel" in p.stdout, p.stderr
     said = "the pods claim the ResourceClaimTemplate 'moekit-compute-domain-channel', which this file does not create"
-    assert f"moekit: note: network=nvl72_ib: {said}" in p.stderr and "ComputeDomain" in p.stderr
+    assert f"moekit: warning: network=nvl72_ib: {said}" in p.stderr and "ComputeDomain" in p.stderr
     plain = moekit("render", "target=jobset", "experiment=smoke")
     assert plain.returncode == 0 and "ResourceClaimTemplate" not in plain.stderr
 

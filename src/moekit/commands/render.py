@@ -14,7 +14,7 @@ from moekit.base.errors import ConfigError, MoekitError
 from moekit.config.load import load
 from moekit.config.schema import Config
 from moekit.plan import launch
-from moekit.render import compose, document, jobset
+from moekit.render import document
 from moekit.render import validate as val
 from moekit.render.targets import TARGETS, Target
 from moekit.rundir.output import write_output
@@ -77,10 +77,8 @@ def render(overrides: Sequence[str], output_label: str | None = None) -> tuple[s
         )
     if problem := too_large(target, shown):
         raise ConfigError(problem)
-    if name == "compose" and (warning := compose.one_host_warning(cfg)):
-        print(f"moekit: warning: {warning}", file=sys.stderr)
-    if name == "jobset" and (warning := jobset.claim_warning(cfg)):
-        print(f"moekit: note: {warning}", file=sys.stderr)
+    if target.note and (note := target.note(cfg)):
+        print(f"moekit: warning: {note}", file=sys.stderr)
     return shown, cfg, target
 
 

@@ -35,6 +35,8 @@ class Target:
     """The largest file the cluster takes (0: no limit): `moekit render` refuses a larger one."""
     limit: str = ""
     """Whose limit max_bytes is, for the message."""
+    note: Callable[[Config], str | None] | None = None
+    """config -> what the user should know about this render that the file cannot do (printed on stderr), or None."""
 
 
 def _jobset_text(cfg: Config, overrides: Sequence[str], head: list[str]) -> str:
@@ -131,6 +133,7 @@ TARGETS: dict[str, Target] = {
         checked="JobSet CRD, Kubernetes pod schema, JobSet webhook rules",
         max_bytes=1_572_864,
         limit="the Kubernetes API server's object limit (etcd's default request size)",
+        note=jobset.claim_warning,
     ),
     # slurmctld's default max_script_size (SchedulerParameters): sbatch refuses a larger script.
     "slurm": Target(
@@ -144,6 +147,12 @@ TARGETS: dict[str, Target] = {
     ),
     # One service per JobSet pod, on one Docker host: its containers share the host's GPUs and NVLink.
     "compose": Target(
-        "jobset", "Compose project", _compose_text, _compose_check, pod_network=False, checked="docker compose config"
+        "jobset",
+        "Compose project",
+        _compose_text,
+        _compose_check,
+        pod_network=False,
+        checked="docker compose config",
+        note=compose.one_host_warning,
     ),
 }
