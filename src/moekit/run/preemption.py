@@ -205,7 +205,7 @@ def last_step(metrics: Path) -> int | None:
         with bounded.lines(metrics, attempts.METRICS_MAX_BYTES, "metrics file") as lines:
             for line in lines:
                 try:
-                    step = int(parse.json_line(line, str(metrics))["step"])
+                    step = int(parse.json_line(line, str(metrics), finite=False)["step"])  # a NaN loss: a step all the same
                 except (ValueError, KeyError, TypeError, OverflowError):
                     continue
                 last = step if last is None else max(last, step)
