@@ -205,7 +205,8 @@ def last_step(metrics: Path) -> int | None:
         with bounded.lines(metrics, attempts.METRICS_MAX_BYTES, "metrics file") as lines:
             for line in lines:
                 try:
-                    step = int(parse.json_line(line, str(metrics), finite=False)["step"])  # a NaN loss: a step all the same
+                    # finite=False: a line whose loss is NaN (the run diverged) is a step all the same
+                    step = int(parse.json_line(line, str(metrics), finite=False)["step"])
                 except (ValueError, KeyError, TypeError, OverflowError):
                     continue
                 last = step if last is None else max(last, step)
