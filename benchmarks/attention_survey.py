@@ -32,7 +32,6 @@ import statistics
 import sys
 import time
 import traceback
-from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -203,8 +202,8 @@ def table(result: dict) -> str:
         f"{peak or '-'} dense BF16 TFLOP/s datasheet peak; differences max|x - ref| / max|ref| against fp32, "
         f"same = every tensor within {result['tolerance']:g}.",
         "",
-        "| implementation | shape | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | % peak | forward | dQ "
-        "| dK | dV | verdict |",
+        "| implementation | shape | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s | fwd+bwd TFLOP/s | % peak "
+        "| forward | dQ | dK | dV | verdict |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
