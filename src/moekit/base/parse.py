@@ -112,6 +112,8 @@ def yaml_text(text: str, name: str, finite: bool = True, every: bool = False) ->
         raise _fail(name, f"not valid YAML{at}: {problem}") from None
     except RecursionError:
         raise _fail(name, f"nested deeper than {MAX_DEPTH} levels; no file moekit reads is", TooComplex) from None
+    except ParseError:  # the event walk's own refusal (aliases, depth): already one line naming the file
+        raise
     except (KeyError, ValueError, TypeError, OverflowError) as exc:  # PyYAML's constructors on odd scalars
         raise _fail(name, f"not valid YAML: a value PyYAML cannot build ({type(exc).__name__})") from None
     return _finite(data, name) if finite else data
@@ -182,7 +184,10 @@ def text_kind(data: bytes) -> str | None:
         if data.startswith(bom):
             return kind
     head = data[:512]
-    if len(head) >= 4 and (head[1::2].count(0) > len(head) * 0.4 or head[0::2].count(0) > len(head) * 0.4):
+    half = len(head) / 2
+    odd, even = head[1::2].count(0), head[0::2].count(0)
+    # ASCII in two-byte units: one byte of each pair zero, the other not (all zeros is binary, not text)
+    if len(head) >= 4 and ((odd > half * 0.8 and even < half * 0.2) or (even > half * 0.8 and odd < half * 0.2)):
         return "UTF-16 text"
     return None
 
