@@ -65,15 +65,15 @@ class Hardware(Section):
     """JAX platform."""
     arch: str
     """Architecture family (cpu, hopper, blackwell)."""
-    sm: quantities.Field("sm") | None
+    sm: quantities.Field("sm") | None = None
     """CUDA compute capability as an integer (90 = 9.0); None on CPU."""
-    hbm_gib: quantities.Field("hbm_gib") | None
+    hbm_gib: quantities.Field("hbm_gib") | None = None
     """Device memory per GPU, GiB; None on CPU."""
     hbm_tb_per_s: quantities.Field("hbm_tb_per_s") | None = None
     """HBM bandwidth per GPU, TB/s (datasheet): the forecast's memory-bound parts; None on CPU."""
     hbm_source: str | None = None
     """Citation of the HBM bandwidth."""
-    nvlink_domain: quantities.Field("nvlink_domain") | None
+    nvlink_domain: quantities.Field("nvlink_domain") | None = None
     """GPUs that share one NVLink domain (8: an HGX/DGX node; 72: a GB200/GB300 NVL72 rack); None on CPU.
     The ICI axes (parallelism.ici) should fit in one; what crosses domains runs over the slower network."""
     links: HardwareLinks | None = None
