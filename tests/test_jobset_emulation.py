@@ -581,7 +581,7 @@ def test_a_late_coordinator_pod_is_waited_for(tmp_path):
     _needs_namespaces()
     manifest = _fabric_only_jobset(tmp_path, "cluster.rendezvous_timeout_s=180")
     out = run_jobset(manifest, tmp_path / "job", timeout_s=420, late={0: 30.0})
-    logs = [tmp_path / "job" / "attempt0" / f"smoke-workers-0-{i}" / "pod.log" for i in (0, 1)]
+    logs = [tmp_path / "job" / "attempt0" / p.fqdn.split(".")[0] / "pod.log" for p in materialize(manifest)]
     assert out.jobset == "Completed" and out.restarts == 0, (out.codes, [log.read_text()[-3000:] for log in logs])
     assert out.seconds > 30
     joined = (_run_dir(logs[0]) / "maxtext.log").read_text()  # process 0's own output: it waited, then joined
@@ -595,7 +595,8 @@ def test_a_pod_that_never_starts_fails_the_jobset_instead_of_restarting_it(tmp_p
     _needs_namespaces()
     manifest = _fabric_only_jobset(tmp_path, "cluster.rendezvous_timeout_s=20", "cluster.max_restarts=2")
     out = run_jobset(manifest, tmp_path / "job", timeout_s=240, late={1: math.inf})
-    log0 = (tmp_path / "job" / "attempt0" / "smoke-workers-0-0" / "pod.log").read_text()
+    pod0_dir = materialize(manifest)[0].fqdn.split(".")[0]  # the fabric-only JobSet's own name: smoke-fabric-...
+    log0 = (tmp_path / "job" / "attempt0" / pod0_dir / "pod.log").read_text()
     assert out.jobset == "Failed" and out.restarts == 0 and out.counted == 0, (out.codes, log0[-3000:])
     assert out.codes == [failures.RENDEZVOUS_TIMEOUT.exit_status, None], log0[-3000:]  # pod 1 never ran
     assert "training failed: rendezvous timeout" in log0 or "rendezvous timeout" in log0, log0[-3000:]
