@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import attention_parity as parity  # noqa: E402  (the fp32 reference, MaxText's config and the difference measure)
+
+from moekit.bench.timing import median_seconds  # noqa: E402  (compile, warm-up, then the median of the calls)
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "performance" / "attention_h200.md"
@@ -103,20 +103,6 @@ def _fn(impl: str, cfg, mesh, shape, seq: int):
     raise ValueError(f"unknown implementation {impl!r}; choose from {IMPLEMENTATIONS}")
 
 
-def _time(fn, args, repeats: int) -> float:
-    """Median seconds of one call after two warm-up calls (compilation excluded)."""
-    import jax
-
-    for _ in range(2):
-        jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def measure(args: argparse.Namespace) -> dict:
     import jax
     import jax.numpy as jnp
@@ -157,8 +143,8 @@ def measure(args: argparse.Namespace) -> dict:
                     for name, x in zip(("forward", "dq", "dk", "dv"), got, strict=True):
                         row[name] = parity._rel(x[:1], ref[name])
                     del got
-                    t_fwd = _time(fwd, (q, k, v), args.repeats)
-                    t_all = _time(fwd_bwd, (q, k, v, dout), args.repeats)
+                    t_fwd = median_seconds(fwd, q, k, v, warmup=1, iters=args.repeats)
+                    t_all = median_seconds(fwd_bwd, q, k, v, dout, warmup=1, iters=args.repeats)
                 t_bwd = max(t_all - t_fwd, 1e-9)
                 row.update(fwd_ms=round(t_fwd * 1e3, 3), bwd_ms=round(t_bwd * 1e3, 3),
                            fwd_tflops=round(flops / t_fwd / 1e12, 4), bwd_tflops=round(2 * flops / t_bwd / 1e12, 4),
