@@ -31,6 +31,7 @@ CASES = [  # id, overrides, key of the problem, words the message must contain
     ("megablox-gpu", ["hardware=h200", "moe=megablox"], "moe", "interpret mode"),
     ("mxfp8-hopper", ["hardware=h200", "precision=mxfp8", "moe=tokamax"], "precision", "Blackwell"),
     ("fp8-cpu", ["precision=fp8"], "precision", "FP8 tensor cores"),
+    ("tokamax-cpu", ["moe=tokamax"], "moe", "Unsupported TPU device kind: cpu"),
     ("tokamax-fp32-gpu", ["hardware=h200", "moe=tokamax", "precision=fp32"], "precision", "bf16/fp16 inputs"),
     (
         "gpu-procs",

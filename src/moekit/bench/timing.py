@@ -77,6 +77,15 @@ def least_seconds(shape, dtype: str, kernels: int, iters: int) -> tuple[float, f
     return calls * shape.flop / rate, rate
 
 
+def cpu_bytes(shape, dtype: str) -> int:
+    """The least bytes a grouped GEMM of `shape` holds at once on a CPU: its operands and output, plus one masked copy
+    of its input per group (groups x rows x k), since JAX's ragged_dot has no CPU kernel and its fallback
+    (lax._ragged_dot_general_impl) expands the ragged input to dense before a batched matmul."""
+    item = 4 if dtype == "float32" else 2
+    operands = shape.rows * shape.k + shape.groups * shape.k * shape.n + shape.rows * shape.n
+    return (operands + shape.groups * shape.rows * shape.k) * item
+
+
 def seconds(x: float) -> str:
     """A duration as a person reads it: '40 ms', '3.2 s', '12 s', '4.5 min'."""
     if x < 0.01:

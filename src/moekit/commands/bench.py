@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -125,6 +126,14 @@ def run(args: argparse.Namespace) -> int:
         kernels = 2
     say(f"shape {shape_name} on {platform} (--shape dsv3: DeepSeek-V3's per-GPU shape; --shape small: seconds on CPU)")
     if platform != "gpu":  # the probe below runs the full shape: on a CPU, dsv3's takes longer than anyone waits
+        need, have = timing.cpu_bytes(shape, args.dtype), os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        if need > have:  # before any compute: the kernel would be killed for memory after minutes of the others
+            raise MoekitError(
+                f"bench {args.bench} --shape {shape_name} on {platform}: at least {need / 2**30:.3g} GiB of memory for "
+                f"its grouped GEMM (JAX's CPU ragged_dot copies the {shape.rows}x{shape.k} input once per group, "
+                f"x{shape.groups}) and this host has {have / 2**30:.3g} GiB; fix: --shape small (seconds here), fewer "
+                "--tokens, or a GPU"
+            )
         least, rate = timing.least_seconds(shape, args.dtype, kernels, dims["iters"])
         if least > WAIT_S:
             raise MoekitError(

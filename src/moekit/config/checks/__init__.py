@@ -53,6 +53,7 @@ REGISTRY: list[tuple[Check, Literal["every job", "training"]]] = [
     (mesh.experts_divide_over_ep, TRAINING),
     (mesh.batch_divides, TRAINING),
     (moe.dropless, TRAINING),
+    (moe.backend_runs_here, TRAINING),
     (moe.megablox_on_gpu, TRAINING),
     (moe.tokamax_gpu_takes_half_precision, TRAINING),
     (compute.precision_supported, TRAINING),

@@ -103,16 +103,27 @@ def _moekit_attention(cfg: Config) -> Iterator[Problem]:
     kernel, fix = attention.KERNELS[name], "model.attention=cudnn_flash_jax"
     sm = cfg.hardware.sm or 0
     if cfg.hardware.platform != "gpu" or sm < kernel.min_sm:
-        yield Problem("model.attention", f"attention={name} is a Pallas Mosaic GPU kernel: NVIDIA GPUs of SM "
-                      f"{kernel.min_sm} or newer, hardware={cfg.hardware.name}", fix)
+        yield Problem(
+            "model.attention",
+            f"attention={name} is a Pallas Mosaic GPU kernel: NVIDIA GPUs of SM "
+            f"{kernel.min_sm} or newer, hardware={cfg.hardware.name}",
+            fix,
+        )
     if cfg.num_devices > 1:
-        yield Problem("model.attention", f"attention={name} on {cfg.num_devices} devices: its Pallas call is not "
-                      "partitioned across devices (measured on one GPU only)", fix)
+        yield Problem(
+            "model.attention",
+            f"attention={name} on {cfg.num_devices} devices: its Pallas call is not "
+            "partitioned across devices (measured on one GPU only)",
+            fix,
+        )
     extra = cfg.maxtext.extra.get("attention")
     if extra is not None and extra != kernel.carrier:
-        yield Problem("maxtext.extra.attention", f"maxtext.extra.attention={extra} overrides "
-                      f"model.attention={name}, which MaxText runs as attention={kernel.carrier}",
-                      "~maxtext.extra.attention (remove the raw key)")
+        yield Problem(
+            "maxtext.extra.attention",
+            f"maxtext.extra.attention={extra} overrides "
+            f"model.attention={name}, which MaxText runs as attention={kernel.carrier}",
+            "~maxtext.extra.attention (remove the raw key)",
+        )
 
 
 def profile_window_fits(cfg: Config) -> Iterator[Problem]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from moekit.config.checks import moe as moe_checks
 from moekit.config.checks.problem import Problem
 from moekit.config.kinds.families import FAMILIES, GROUP_ROUTING_MODELS, ROUTING_DEFAULTS
 from moekit.config.schema import Config, Routing
@@ -155,7 +156,7 @@ def backend_supports_family(cfg: Config) -> Iterator[Problem]:
                 "moe.capacity_factor",
                 f"capacity_factor={moe.capacity_factor} (moe={moe.backend}) with the {m.decoder_block} family: MaxText "
                 f"refuses it ({refusal})",
-                "a dropless back end with moe.capacity_factor=-1: moe=tokamax or moe=dense",
+                f"a dropless back end with moe.capacity_factor=-1: {moe_checks.dropless_choices(cfg)}",
             )
 
 

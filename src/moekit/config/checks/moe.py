@@ -37,9 +37,27 @@ def _dropless_fix(cfg: Config) -> str:
     """Ways to dropless training from this config, each one complete (it passes the checks as written)."""
     if cfg.backend.dropless:  # a dropless back end with a capacity set
         return "moe.capacity_factor=-1 (dropless)"
+    return "a dropless back end: " + dropless_choices(cfg)
+
+
+def dropless_choices(cfg: Config) -> str:
+    """The dropless back ends of MaxText's own MoE layer that run on this config's platform."""
     gpu = cfg.hardware.platform == "gpu"
-    return "a dropless back end: " + (
-        " or ".join(["moe=tokamax", "moe=dense"] if gpu else ["moe=ragged_dot", "moe=dense"])
+    return " or ".join(["moe=tokamax", "moe=dense"] if gpu else ["moe=ragged_dot", "moe=dense"])
+
+
+def backend_runs_here(cfg: Config) -> Iterator[Problem]:
+    """A back end of MaxText's own MoE layer runs on this config's platform (moe=te and moe=te_gmm: their own
+    checks, which also name the GPU generation)."""
+    b, hw = cfg.backend, cfg.hardware
+    if b.te_block or b.hook or hw.platform in b.platforms:
+        return
+    yield Problem(
+        "moe",
+        f"moe={b.name} runs on {'/'.join(p.upper() for p in b.platforms)} only, not hardware={hw.name}"
+        + (f": {b.elsewhere}" if b.elsewhere else ""),
+        f"{dropless_choices(cfg)} (MaxText's own MoE layer, dropless, runs here), "
+        "or hardware=h100|h200|b200|gb200|gb300",
     )
 
 

@@ -34,6 +34,8 @@ class Backend:
     next check)."""
     platforms: tuple[Literal["cpu", "gpu"], ...] = ("cpu", "gpu")
     """Where it runs."""
+    elsewhere: str = ""
+    """What it does on a platform it does not run on (the reason the check gives when it refuses one)."""
     min_sm: int | None = None
     """Oldest NVIDIA compute capability it runs on (90 = 9.0); None: any the platforms have."""
     packages: tuple[str, ...] = ()
@@ -105,6 +107,10 @@ BACKENDS: dict[str, Backend] = {
             maxtext={"sparse_matmul": True, "megablox": False, "use_tokamax_gmm": True},
             grouped=True,
             gpu_fp32=False,
+            platforms=("gpu",),
+            elsewhere="on CPU tokamax picks its TPU Mosaic kernel and the first step stops with "
+            "'ValueError: Unsupported TPU device kind: cpu' (tokamax 0.0.17, jax 0.12.0.1, measured on CPU "
+            "2026-12-07)",
         ),
         Backend(name="ragged_dot", maxtext=_RAGGED_DOT, grouped=True),
         Backend(name="dense", maxtext={"sparse_matmul": False}, grouped=False),
