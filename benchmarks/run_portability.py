@@ -29,8 +29,10 @@ import run_presets  # noqa: E402
 
 from moekit import plan  # noqa: E402
 from moekit.config.compose import compose  # noqa: E402
+from moekit.observe.reports import comparable  # noqa: E402
 from moekit.plan import calibrate, tables  # noqa: E402
 from moekit.plan.model import Dims  # noqa: E402
+from moekit.series import tuning  # noqa: E402
 
 FAMILIES = {  # name -> proxy experiment
     "dsv3": "dsv3_proxy_h200",
@@ -138,7 +140,8 @@ def table(results: dict, device: str = run_presets.DEVICE) -> str:
         f"{v.get('python')}, jax {v.get('jax')}, maxtext {v.get('maxtext')}, tokamax {v.get('tokamax')}, moekit "
         f"{v.get('moekit')}{te_note}. s/step and TFLOP/s/device: median over the steady steps (docs/metrics.md); "
         f"TFLOP/s is MaxText's count; {run_presets.peak_note(device)}. Speed-up: the row's "
-        "tokens/s/device over the family's baseline row's, only at the same tokens per step. Loss check: every step "
+        "tokens/s/device over the family's baseline row's, only at the same tokens per step and outside the noise "
+        "the two runs measured (docs/metrics.md, \"Comparing runs\"). Loss check: every step "
         f"within {run_presets.tuning.RTOL:g} relative of the baseline row.",
         "",
         "| family | proxy | row | overrides | status | s/step | TFLOP/s/dev | MFU | speed-up | loss check |",
@@ -156,10 +159,14 @@ def table(results: dict, device: str = run_presets.DEVICE) -> str:
                 r["status"] if r["status"] == "ok" else run_presets.cell(f"{r['status']}: {r.get('error', '')[:80]}")
             )
             # Only between runs of the same tokens per step (the family's proxy fixes the model); else why not.
+            # A speed-up only beyond the noise the two runs measured (observe/reports/comparable.py's rule).
             same = r.get("batch") is not None and r.get("batch") == base.get("batch")
-            tok, base_tok = r.get("tokens_per_s_per_device"), base.get("tokens_per_s_per_device")
-            speed = f"{tok / base_tok:.2f}x" if same and tok and base_tok else "-"
-            speed = speed if same else "n/a (other tokens/step)"
+            if r is base:
+                speed = "baseline"
+            elif same:
+                speed = comparable.rates(tuning.measured(base), tuning.measured(r)).text()
+            else:
+                speed = "n/a (other tokens/step)"
             lines.append(
                 f"| {family} | `{res['experiment']}` | {name} | `{run_presets.cell(ov, code=True) or '-'}` | {status} "
                 f"| {f(r.get('step_time_s'), '.3f')} | {f(r.get('tflops_per_device'), '.1f')} "

@@ -359,7 +359,7 @@ def test_search_tries_a_bounded_number_of_layouts_at_any_gpu_count():
 def test_a_run_recorded_before_the_row_held_every_fact_still_forecasts():
     """A GPU run's config.yaml from before the row carried bandwidth, links and host memory: report's forecast
     takes them from today's row, so it equals the forecast of the same config recorded now."""
-    from moekit.plan import versus
+    from moekit.observe.reports import versus
 
     recorded = compose("dsv3_proxy_h200").to_dict()
     new_keys = ("hbm_tb_per_s", "hbm_source", "links", "host_gib_per_gpu", "host_source")
@@ -414,3 +414,23 @@ def test_plan_modules_never_import_the_package_face():
     inside = {(a, b) for a, b in import_graph(SRC) if a.startswith("moekit.plan.") and b.startswith("moekit.plan")}
     assert {a for a, b in inside if b == "moekit.plan"} == set()
     assert ("moekit.plan.validate", "moekit.plan.calibrate") in inside  # the graph is really read
+
+
+def test_measured_vs_forecast_names_an_error_the_runs_own_noise_covers():
+    """The report's error column says "within noise" when the run's steady steps spread as far as the error, and
+    whether the measurement lies inside the forecast's band, on either side of the forecast."""
+    from moekit.observe.reports import versus
+
+    f, why = versus.run_forecast(compose("dsv3_proxy_h200").to_dict())
+    assert f is not None, why
+    near, far = f.step_s * 1.02, f.step_high_s * 1.5
+    assert versus.error(near, f, 0.05) == "+2.0% (within noise ±5%; inside the band)"
+    assert versus.error(near, f, 0.01) == "+2.0% (inside the band)"
+    assert versus.error(near, f, None) == "+2.0% (inside the band)"
+    assert versus.error(far, f, 0.05).endswith("(outside the band)") and "noise" not in versus.error(far, f, 0.05)
+    assert versus.error(f.step_low_s * 0.9, f, None).startswith("-") and "outside" in versus.error(
+        f.step_low_s * 0.9, f, None
+    )
+    summary = {"step_time_s": {"median": near, "stdev": near * 0.04, "per_window": near}}
+    row = versus._row("a", summary, f, "")
+    assert row[-1] == "+2.0% (within noise ±4%; inside the band)"

@@ -70,12 +70,13 @@ def setup(cfg: Config) -> comparable.Setup:
 def versus(cfg: Config, reference: dict[str, Any], result: dict[str, Any]) -> comparable.Comparison:
     """A candidate's speed against its reference (trial results; `cfg`: the candidate's config, whose setup its
     reference shares): a speed-up, or why there is none (another host load, within noise)."""
-
-    def measured(r: dict[str, Any]) -> comparable.Measured:
-        return comparable.Measured(r.get("tokens_per_s_per_device"), r.get("spread"), r.get("others_share"))
-
     shared = dataclasses.replace(setup(cfg), configuration=None)  # the candidate's own: its configuration differs
     return comparable.compare(shared, measured(reference), shared, measured(result))
+
+
+def measured(r: dict[str, Any]) -> comparable.Measured:
+    """What a trial result (series.trial) measured, as a speed comparison needs it."""
+    return comparable.Measured(r.get("tokens_per_s_per_device"), r.get("spread"), r.get("others_share"))
 
 
 def fastest(results: Iterable[dict[str, Any]]) -> dict[str, Any] | None:

@@ -126,6 +126,16 @@ def compare(base_setup: Setup, base: Measured, setup: Setup, other: Measured) ->
     if base_setup.configuration is not None and base_setup.configuration == setup.configuration:
         apart = percent(max(ratio, 1 / ratio) - 1)
         return Comparison(ratio, f"same training configuration: the two measured {apart} apart, this host's noise")
+    return rates(base, other)
+
+
+def rates(base: Measured, other: Measured) -> Comparison:
+    """The speed of `other` relative to `base` for two runs the caller knows to compare (same model, tokens per step
+    and hardware; other training configurations): a speed-up, or why none (a rate missing, another host load, within
+    the noise measured)."""
+    if not base.rate or not other.rate:
+        return Comparison(None, "too few steady steps")
+    ratio = other.rate / base.rate
     unknown = [n for n, m in (("the base run", base), ("this run", other)) if m.others_share is None]
     if unknown:
         load = f"host load unknown for {' and '.join(unknown)} (a killed attempt, or recorded before it was measured)"

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import moekit
 from moekit import rundir
-from moekit.observe.reports import fabric_report, plots, published
+from moekit.observe.reports import fabric_report, plots, published, versus
 from moekit.observe.reports import report as rep
 from moekit.observe.runs import rundata, summary
-from moekit.plan import versus
 
 REPORT = "report.md"
 

@@ -16,6 +16,7 @@ from moekit.base.errors import ConfigError
 from moekit.config.compose import config_dir
 from moekit.config.kinds import hardware
 from moekit.config.schema import Config
+from moekit.observe.reports import comparable
 from moekit.plan import calibrate, tables
 from moekit.plan.forecast import Forecast, forecast, params_from
 
@@ -58,7 +59,7 @@ def _row(name: str, summary: Mapping[str, Any], f: Forecast | None, why: str) ->
     if f is None:
         return [name, f"{st:.4f}" if st else "n/a", f"n/a ({why})", "-", "-", "-"]
     d = f.to_dict()
-    err = f"{st / f.step_s - 1:+.1%}" if st else "n/a (too few steady steps)"
+    err = error(st, f, comparable.Measured.of(summary, None).noise) if st else "n/a (too few steady steps)"
     return [
         name,
         f"{st:.4f}" if st else "n/a",
@@ -67,6 +68,17 @@ def _row(name: str, summary: Mapping[str, Any], f: Forecast | None, why: str) ->
         f"{d['tflops_per_device']:.4g} [{d['low']:.4g}-{d['high']:.4g}]",
         err,
     ]
+
+
+def error(step_s: float, f: Forecast, noise: float | None) -> str:
+    """Measured step time over forecast - 1, with where it lies: inside or outside the forecast's band, and "within
+    noise" when the run's own noise (comparable.Measured.noise: its steady steps' spread) is as large as the error,
+    so that no difference the host produced alone reads as the forecast's."""
+    e = step_s / f.step_s - 1
+    where = "inside the band" if f.step_low_s <= step_s <= f.step_high_s else "outside the band"
+    if noise is not None and abs(e) <= noise:
+        return f"{e:+.1%} (within noise ±{comparable.percent(noise)}; {where})"
+    return f"{e:+.1%} ({where})"
 
 
 def attribution(f: Forecast, mean: Mapping[str, Any]) -> list[tuple[str, float, float]]:
@@ -97,7 +109,8 @@ def section(runs: Sequence[Any], names: Sequence[str], table) -> list[str]:
         'Forecast: `moekit plan`\'s for the configuration each run recorded (docs/plan.md, "Forecast"; built from '
         "measured one-GPU parts, its validation table there). Measured: the steady windows' wall time per step, the "
         "one TFLOP/s and tokens/s are computed from. Error: measured step time over forecast - 1 (positive: the run "
-        "was slower than forecast).",
+        "was slower than forecast), inside or outside the forecast's band, and \"within noise\" where the run's "
+        'own steady steps spread as far (docs/metrics.md, "Comparing runs").',
         "",
         table([*header, "error"], rows),
         "",
