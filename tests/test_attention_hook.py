@@ -40,10 +40,18 @@ def test_the_kernel_passes_the_checks_on_one_hopper_gpu():
     ("experiment", "overrides", "key", "words"),
     [
         ("smoke", ["model.attention=tokamax_mosaic"], "model.attention", "NVIDIA GPUs of SM 80 or newer, hardware=cpu"),
-        (PROXY, [*MOSAIC, "cluster.gpus_per_node=2", "parallelism.ici.fsdp=2"], "model.attention",
-         "on 2 devices: its Pallas call is not partitioned"),
-        (PROXY, ["model.attention=tokamax_mosaic", "maxtext.extra.attention=dot_product"], "maxtext.extra.attention",
-         "maxtext.extra.attention=dot_product overrides model.attention=tokamax_mosaic"),
+        (
+            PROXY,
+            [*MOSAIC, "cluster.gpus_per_node=2", "parallelism.ici.fsdp=2"],
+            "model.attention",
+            "on 2 devices: its Pallas call is not partitioned",
+        ),
+        (
+            PROXY,
+            ["model.attention=tokamax_mosaic", "maxtext.extra.attention=dot_product"],
+            "maxtext.extra.attention",
+            "maxtext.extra.attention=dot_product overrides model.attention=tokamax_mosaic",
+        ),
     ],
 )
 def test_refusals_name_the_key_and_the_reason(experiment, overrides, key, words):

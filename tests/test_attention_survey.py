@@ -27,11 +27,21 @@ def test_flops_are_maxtexts_causal_count():
 
 @pytest.mark.integration  # imports MaxText and runs attention on CPU (about 30 s)
 def test_cpu_rows_match_the_reference_and_a_gpu_kernel_is_an_error_row(tmp_path):
-    cmd = [sys.executable, str(REPO / "benchmarks" / "attention_survey.py"), "--out", str(tmp_path), "--seq", "64",
-           "--shapes", "mla:2:2:24:16", "--repeats", "1",
-           "--implementations", "maxtext:dot_product,tokamax:xla_chunked,tokamax:mosaic"]
-    proc = subprocess.run(cmd, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
-                          timeout=600)
+    cmd = [
+        sys.executable,
+        str(REPO / "benchmarks" / "attention_survey.py"),
+        "--out",
+        str(tmp_path),
+        "--seq",
+        "64",
+        "--shapes",
+        "mla:2:2:24:16",
+        "--repeats",
+        "1",
+        "--implementations",
+        "maxtext:dot_product,tokamax:xla_chunked,tokamax:mosaic",
+    ]
+    proc = subprocess.run(cmd, env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((tmp_path / "attention_survey.json").read_text())
     rows = {r["implementation"]: r for r in result["rows"]}

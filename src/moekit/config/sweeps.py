@@ -65,8 +65,9 @@ def _axis_size(override) -> int:
     if not override.is_sweep_override():
         return 1
     if not override.is_discrete_sweep():  # interval(): a search space, not a list of runs
-        raise ConfigError(f"{override.get_key_element()}: interval() sweeps need a search sweeper; list values "
-                          "(a=1,2) instead.")
+        raise ConfigError(
+            f"{override.get_key_element()}: interval() sweeps need a search sweeper; list values (a=1,2) instead."
+        )
     if isinstance(value, RangeSweep):
         if not value.step:
             raise ConfigError(f"{override.get_key_element()}: range() with step 0 never ends; give a step.")
