@@ -22,6 +22,8 @@ def test_a_skipped_or_absent_soak_case_did_not_run():
       <testcase classname="tests.test_a" name="test_not_soak" time="0.1"/>
     </testsuite></testsuites>"""
     assert soak_ran.not_run(report, SOAK) == ["tests/test_a.py::test_skipped", "tests/test_b.py::Chain::test_cut"]
+    rest, soaked = soak_ran.minutes(report, SOAK)  # make test's share of the session, and the soak cases'
+    assert (round(rest * 60, 3), round(soaked * 60, 3)) == (0.1, 1.0)
 
 
 def test_the_ids_are_those_pytest_writes(tmp_path):
