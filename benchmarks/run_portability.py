@@ -163,6 +163,10 @@ def table(results: dict, device: str = run_presets.DEVICE) -> str:
             same = r.get("batch") is not None and r.get("batch") == base.get("batch")
             if r is base:
                 speed = "baseline"
+            elif r.get("status") != "ok":
+                speed = "-"
+            elif base.get("status") != "ok":
+                speed = "n/a (the baseline row failed)"
             elif same:
                 speed = comparable.rates(tuning.measured(base), tuning.measured(r)).text()
             else:

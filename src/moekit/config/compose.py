@@ -125,7 +125,7 @@ def compose_raw(overrides: Sequence[str] = (), conf: Path | None = None) -> Dict
         if ("=" not in o and not o.startswith("~")) or not key:
             raise ConfigError(
                 f"override {o!r} is not key=value or group=option.\n"
-                "  fix: write it as KEY=VALUE (e.g. train.steps=20) or GROUP=OPTION (e.g. moe=tokamax)"
+                "  fix: write it as KEY=VALUE (e.g. train.steps=20) or GROUP=OPTION (e.g. moe=dense)"
             )
         if bad := formats.unprintable(o):
             raise ConfigError(

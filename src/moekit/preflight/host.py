@@ -182,7 +182,8 @@ def gpus_present(cfg: Config, host: Host) -> Iterator[Problem]:
         yield Problem(
             f"hardware={cfg.hardware.name}",
             f"needs NVIDIA GPUs, but this host has none ({host.dev}/nvidia0 is missing)",
-            "hardware=cpu to train on CPU, or run on a GPU node (in a container: docker run --gpus all ...)",
+            f"hardware=cpu{'' if 'cpu' in cfg.backend.platforms else ' moe=ragged_dot'} to train on CPU, or run on a "
+            "GPU node (in a container: docker run --gpus all ...)",
         )
     elif found < want:
         yield Problem(
