@@ -405,3 +405,68 @@ def test_a_damaged_cached_corpus_is_detected_and_prepared_again(tmp_path, capsys
     found_out, found = corpus.cached("stdlib", options, env)
     assert "is damaged" in capsys.readouterr().err and found_out == out
     assert not text_shards.damaged(out, found) and found["source"].startswith("python stdlib")
+
+
+def _lines(n_bytes: int, tag: str) -> str:
+    line = f"{tag} the quick brown fox jumps over the lazy dog, again and again\n"
+    return line * (n_bytes // len(line))
+
+
+def test_prepare_holds_one_file_and_one_shard_at_a_time_not_the_corpus(tmp_path):
+    """32 files of 384 KiB: Python's peak during the preparation stays under half the corpus (it held every document
+    of every file before the shards were written: the whole corpus and more)."""
+    import tracemalloc
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(32):
+        (src / f"f{i:02d}.txt").write_text(_lines(384 * 2**10, f"file{i}"))
+    files = text_shards.source_files(src)
+    text_shards.prepare(files[:1], tmp_path / "warm")  # imports and the tokenizer's first load: not the corpus's
+    tracemalloc.start()
+    try:
+        summary = text_shards.prepare(files, tmp_path / "out", text_shards.Options(shards=8))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert summary.bytes >= 12 * 2**20 - 32 * 100 and summary.documents == sum(s["documents"] for s in summary.shards)
+    assert peak < summary.bytes / 2, f"peak {peak / 2**20:.1f} MiB for a {summary.bytes / 2**20:.1f} MiB corpus"
+
+
+def test_a_file_changed_between_counting_and_writing_stops_the_preparation(tmp_path, monkeypatch):
+    """The documents are cut again when written: a file whose text changed since it was counted is named, and
+    nothing is kept (corpus.json would not describe the shards)."""
+    src = tree(tmp_path / "src")
+    files = text_shards.source_files(src, [".txt", ".py"])
+    read, seen = text_shards.read_text, []
+
+    def grows(path):  # the second read of the first file finds one more line
+        seen.append(path)
+        text = read(path)
+        return text + "a line added meanwhile\n" if seen.count(path) == 2 and path == files[0] else text
+
+    monkeypatch.setattr(text_shards, "read_text", grows)
+    with pytest.raises(text_shards.PrepareError, match="changed while it was prepared"):
+        text_shards.prepare(files, tmp_path / "out")
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out*"))
+
+
+@pytest.mark.parametrize("fmt", text_shards.FORMATS)
+def test_a_full_disk_during_prepare_is_one_line_and_leaves_nothing(tmp_path, fmt):
+    """ArrayRecord's writer reports a full disk as RuntimeError, parquet's as OSError: both one line naming the
+    folder and the fix, exit 2, no temporary folder left on the full disk."""
+    from conftest import mount_tmpfs
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text(_lines(2**20, "a"))
+    disk = tmp_path / "disk"
+    mount_tmpfs(disk, "64k")
+    try:
+        proc = moekit("data", "prepare", str(src), "--out", str(disk / "shards"), "--format", fmt)
+        err = proc.stderr
+        assert proc.returncode == 2 and "Traceback" not in err, err
+        assert f"cannot write the shards into {disk / 'shards'}" in err and "Free space" in err, err
+        assert list(disk.iterdir()) == [], "a temporary folder was left on the full disk"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -9,8 +9,11 @@ listed below with the reason it reads no file a user or a run directory names.
 from __future__ import annotations
 
 import ast
+import os
 from collections import Counter
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "moekit"
 
@@ -96,3 +99,31 @@ def test_the_guard_sees_each_kind_of_raw_reader():
         ".open",
         "os.open",
     ]
+
+
+def test_a_bounded_read_holds_the_file_not_its_limit(tmp_path):
+    """read_bytes of a small file under a GiB limit allocates about the file (Python sizes a read's buffer by what
+    is asked, so read(limit + 1) reserved the whole limit on every read); a file that grew after the size check is
+    still read to its end, or refused past the limit."""
+    import tracemalloc
+
+    from moekit.base import bounded
+
+    small = tmp_path / "small"
+    small.write_bytes(b"x" * 1000)
+    tracemalloc.start()
+    try:
+        assert bounded.read_bytes(small, 2**30) == b"x" * 1000
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, peak
+
+    grown = tmp_path / "grown"
+    grown.write_bytes(b"y" * (3 * 2**20))
+    real_fstat = bounded.os.fstat  # the checked size says 10 bytes; 3 MiB are there when it is read
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(bounded.os, "fstat", lambda fd: os.stat_result((*real_fstat(fd)[:6], 10, *real_fstat(fd)[7:])))
+        assert bounded.read_bytes(grown, 2**30) == b"y" * (3 * 2**20)
+        with pytest.raises(bounded.TooLarge):
+            bounded.read_bytes(grown, 2**20 + 5)

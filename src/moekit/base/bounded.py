@@ -77,7 +77,16 @@ def read_bytes(path: str | Path, limit: int, what: str = "file", follow: bool = 
     """The bytes of the regular file at `path`, at most `limit` of them, read from the handle that was checked
     (open_regular); TooLarge when it holds more (it may grow after the check: the read stops at `limit` + 1)."""
     with open_regular(path, limit, what, follow) as fh:
-        data = fh.read(limit + 1)
+        # Read what the checked size says (one more byte shows growth), never read(limit + 1): Python allocates a
+        # buffer of the size asked for before reading, so each read would reserve `limit` bytes (a GiB for a text).
+        want = min(limit, os.fstat(fh.fileno()).st_size) + 1
+        data = fh.read(want)
+        if len(data) == want <= limit:  # it grew after the check: on, in blocks, up to limit + 1
+            parts, got = [data], len(data)
+            while got <= limit and (block := fh.read(min(limit + 1 - got, MiB))):
+                parts.append(block)
+                got += len(block)
+            data = b"".join(parts)
     if len(data) > limit:
         raise _too_large(path, limit, what)
     return data

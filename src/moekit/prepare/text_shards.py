@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
 import shutil
 import socket
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -253,7 +254,7 @@ def token_counter(tokenizer: str, tokenizer_type: str) -> tuple[Callable[[list[s
     return count, vocab, path
 
 
-BATCH = 256  # documents tokenized at a time (about 1 MB at the default chunk size)
+BATCH = 64  # documents tokenized at a time (256 KB at the default chunk size; their token ids, ~2.5 MB, are freed)
 
 
 def _file_size(path: Path) -> int:
@@ -331,7 +332,7 @@ def prepare(
     _check_options(options)
     check_out(out)
     count, vocab, _ = token_counter(options.tokenizer, options.tokenizer_type)
-    docs: list[str] = []
+    kept: list[tuple[Path, int, str]] = []  # each file read through: its document count and its text's digest
     skipped: list[str] = []
     total_bytes = tokens = 0
     sizes = [_file_size(p) for p in files]
@@ -354,23 +355,24 @@ def prepare(
             tokens += sum(count(batch))
             done += sum(len(p.encode("utf-8")) for p in batch)
             bar.update(min(done, bar.total), f"{len(files)} files, {tokens:,} tokens")
-        docs += pieces
+        kept.append((path, len(pieces), _digest(text)))  # not the documents: they are cut again when written
         done = max(done, finished)  # whitespace dropped with empty pieces counts as read
         bar.update(min(done, bar.total), f"{len(files)} files, {tokens:,} tokens")
     bar.update(bar.total, f"{len(files)} files, {tokens:,} tokens")
-    if not docs:
+    documents = sum(n for _, n, _ in kept)
+    if not documents:
         raise PrepareError(f"the {len(files)} file(s) of {source or 'the source'} hold no text")
     if not tokens:  # nothing to train on: stop before writing a corpus that `train` would find empty
         raise PrepareError(
-            f"the tokenizer {options.tokenizer!r} made 0 tokens of {len(docs):,} documents; nothing was written. "
+            f"the tokenizer {options.tokenizer!r} made 0 tokens of {documents:,} documents; nothing was written. "
             "Give a tokenizer that encodes this text (--tokenizer, --tokenizer-type)"
         )
-    shards = min(options.shards, len(docs))
+    shards = min(options.shards, documents)
     summary = Summary(
         source=source,
         files=len(files) - len(skipped),
         bytes=total_bytes,
-        documents=len(docs),
+        documents=documents,
         tokens=tokens,
         tokenizer=options.tokenizer,
         tokenizer_type=options.tokenizer_type,
@@ -387,38 +389,62 @@ def prepare(
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         held = claims.claim(tmp)  # claimed while written: no other moekit removes it
-        write = _write_arrayrecord if options.format == "arrayrecord" else _write_parquet
-        combined = hashlib.sha256()
-        for s in range(shards):
-            part = docs[s * len(docs) // shards : (s + 1) * len(docs) // shards]  # consecutive, balanced by count
-            shard = f"train-{s:05d}-of-{shards:05d}.{options.format}"
-            write(tmp / shard, part)
-            digest = _sha256(tmp / shard)
-            combined.update(f"{shard} {digest}\n".encode())
-            summary.shards.append(
-                {
-                    "name": shard,
-                    "documents": len(part),
-                    "bytes": sum(len(d.encode("utf-8")) for d in part),
-                    "sha256": digest,
-                }
-            )
-        summary.sha256 = combined.hexdigest()
+        _write_shards(tmp, _documents_again(kept, options.chunk_bytes), summary, shards, options.format)
         (tmp / MANIFEST).write_text(json.dumps(summary.to_dict(), indent=1, sort_keys=True) + "\n", encoding="utf8")
         held.release()
         os.rename(tmp, out)  # atomic: the folder is whole or absent (a rival writer of the same folder: one wins)
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # ArrayRecord's writer reports a full disk as RuntimeError
         _drop(tmp, held)
         if out.exists():  # another writer renamed its copy into place first
             raise PrepareError(f"{out} already exists (written by another process meanwhile)") from None
+        if isinstance(exc, RuntimeError) and not _io_failure(exc):
+            raise
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).strip().splitlines()[0][:200]
         raise PrepareError(
-            f"cannot write the shards into {out} ({exc.strerror or exc}); choose a folder you can write "
-            "(for data=stdlib: MOEKIT_CACHE_DIR=<a writable folder>)"
+            f"cannot write the shards into {out} ({why}); nothing was kept there. Free space on its disk or choose "
+            "a folder you can write (for data=stdlib: MOEKIT_CACHE_DIR=<a writable folder>)"
         ) from None
     except BaseException:
         _drop(tmp, held)
         raise
     return summary
+
+
+def _write_shards(tmp: Path, documents: Iterator[str], summary: Summary, shards: int, fmt: str) -> None:
+    """`summary.documents` documents into `shards` files of consecutive documents, balanced by count (one shard in
+    memory at a time), each recorded in `summary` with its sha256, and the digest of them all."""
+    write = _write_arrayrecord if fmt == "arrayrecord" else _write_parquet
+    combined, n = hashlib.sha256(), summary.documents
+    for s in range(shards):
+        part = list(itertools.islice(documents, (s + 1) * n // shards - s * n // shards))
+        shard = f"train-{s:05d}-of-{shards:05d}.{fmt}"
+        write(tmp / shard, part)
+        digest = _sha256(tmp / shard)
+        combined.update(f"{shard} {digest}\n".encode())
+        size = sum(len(d.encode("utf-8")) for d in part)
+        summary.shards.append({"name": shard, "documents": len(part), "bytes": size, "sha256": digest})
+    summary.sha256 = combined.hexdigest()
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+
+
+def _documents_again(kept: Sequence[tuple[Path, int, str]], chunk_bytes: int) -> Iterator[str]:
+    """The documents of the files read through, cut again file by file (one file in memory at a time);
+    PrepareError when a file changed since it was counted (the shards would not hold what corpus.json says)."""
+    for path, n, digest in kept:
+        text = read_text(path)
+        pieces = chunks(text, chunk_bytes)
+        if len(pieces) != n or _digest(text) != digest:
+            raise PrepareError(f"{bounded.shown(path)} changed while it was prepared; prepare again when it is stable")
+        yield from pieces
+
+
+def _io_failure(exc: RuntimeError) -> bool:
+    """Whether a writer's RuntimeError reports a failed write (a full disk, a quota, an I/O error)."""
+    text = str(exc).lower()
+    return any(w in text for w in ("no space", "quota", "i/o error", "input/output", "write", "errno"))
 
 
 def _drop(tmp: Path, held: claims.Claim | None) -> None:
