@@ -441,3 +441,21 @@ def test_a_process_of_another_job_is_a_coordinator_conflict(tmp_path):
     got = failures.classify(out.returncodes[out.failed_rank], log)
     assert got.name == "coordinator_conflict", (out.failed_rank, got, log[-2000:])
     assert got.doc.endswith("#coordinator-conflict")
+
+
+def test_a_full_disk_is_read_alike_from_every_writers_exception():
+    """failures.disk_full, the one reading of a failed write for lack of space that prepare and checkpoint import
+    and export use: the OS's errno, ArrayRecord's RuntimeError, TensorStore's RESOURCE_EXHAUSTED; nothing else."""
+    import errno
+
+    assert failures.disk_full(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"
+    assert failures.disk_full(OSError(errno.EDQUOT, "Disk quota exceeded")) == "Disk quota exceeded"
+    store = ValueError('RESOURCE_EXHAUSTED: Error writing "step/c": Failed writing: "/d/x": No space left on device')
+    assert "No space left on device" in failures.disk_full(store)
+    assert failures.disk_full(RuntimeError("ArrayRecordWriter: write failed: No space left on device")) is not None
+    for other in (
+        OSError(errno.EACCES, "Permission denied"),
+        ValueError("RESOURCE_EXHAUSTED: Out of memory"),
+        KeyError("x"),
+    ):
+        assert failures.disk_full(other) is None, other

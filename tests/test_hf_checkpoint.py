@@ -54,6 +54,25 @@ def test_import_refuses_another_family_before_writing(work):
     assert not out.exists()
 
 
+def test_an_import_onto_a_disk_without_room_is_refused_before_converting(work, tmp_path):
+    """A 128 KiB disk for a 0.4 MiB checkpoint: one line with what it needs and what is free, exit 2, nothing left
+    there (mid-write, the writers' background threads printed ~20 tracebacks before the one line)."""
+    from conftest import mount_tmpfs
+
+    ref = work / "mixtral"
+    if not ref.exists():
+        reference("mixtral", ref)
+    disk = tmp_path / "disk"
+    mount_tmpfs(disk, "128k")
+    try:
+        p = moekit("checkpoint", "import", "--family", "mixtral_8x22b", str(ref), "--out", str(disk / "ck"))
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-3000:]
+        assert re.search(r"import writes about 0\.4 MiB into .*disk, whose disk has 0\.\d MiB free", p.stderr), p.stderr
+        assert list(disk.iterdir()) == []
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
 def test_import_refuses_a_tensor_of_another_shape_naming_it(work):
     from safetensors.numpy import load_file, save_file
 

@@ -8,6 +8,7 @@ searched in the whole log, since the write that failed may lie far above the tra
 
 from __future__ import annotations
 
+import errno
 import re
 import signal
 from collections import deque
@@ -230,6 +231,19 @@ def _excerpt(line: str, match: re.Match[str], width: int = 300) -> str:
         return line
     start = max(0, min(match.start() - width // 2, len(line) - width))
     return ("..." if start else "") + line[start : start + width] + ("..." if start + width < len(line) else "")
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """What an exception says when a write failed for lack of space (OSError ENOSPC/EDQUOT, or a writer's own
+    error that reads like DISK_FULL's evidence: ArrayRecord's RuntimeError, TensorStore's RESOURCE_EXHAUSTED), the
+    part of its message that says so; None for any other exception."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return exc.strerror or str(exc)
+    for line in str(exc).splitlines():
+        for pattern in DISK_FULL.patterns:
+            if found := re.search(pattern, line):
+                return _excerpt(line, found, 200)
+    return None
 
 
 def classify(returncode: int, log: str | Iterable[str], tail_lines: int = TAIL_LINES) -> Failure:

@@ -67,7 +67,8 @@ def _export(args: argparse.Namespace) -> int:
     else:
         cfg, hf_config, mapping = sources.run_checkpoint(src)
     out = args.out.absolute()
-    with target.writing(out, "export") as tmp, orbax.quiet():
+    need = sum(p.stat().st_size for p in src.rglob("*") if p.is_file() and not p.is_symlink())  # about its tensors
+    with target.writing(out, "export", need) as tmp, orbax.quiet():
         summary = orbax.export_checkpoint(src, hf_config, mapping, _args(cfg), tmp)
     summary.out = out
     print(summary.text("exported"))
@@ -108,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         "train_overrides": [*(o for o in args.overrides if o.startswith("model.")), *own],
     }
     out = args.out.absolute()
-    with target.writing(out, "import") as tmp, orbax.quiet():  # the folder is made before the conversion starts
+    # the folder is made (and its disk's room checked: the tensors keep their dtype) before the conversion starts
+    with target.writing(out, "import", ckpt.bytes) as tmp, orbax.quiet():
         summary = orbax.import_checkpoint(ckpt, mapping, _args(cfg), tmp, record)
     summary.out = out
     summary.tensors, summary.parameters = len(ckpt.tensors) - len(unused), ckpt.parameters

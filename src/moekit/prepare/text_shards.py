@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from moekit.base import bounded, parse
+from moekit.base import bounded, failures, parse
 from moekit.base.errors import MoekitError
 from moekit.base.progress import Progress
 from moekit.preflight import data as data_preflight
@@ -397,9 +397,10 @@ def prepare(
         _drop(tmp, held)
         if out.exists():  # another writer renamed its copy into place first
             raise PrepareError(f"{out} already exists (written by another process meanwhile)") from None
-        if isinstance(exc, RuntimeError) and not _io_failure(exc):
+        full = failures.disk_full(exc)
+        if isinstance(exc, RuntimeError) and not full:
             raise
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).strip().splitlines()[0][:200]
+        why = full or (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).strip()[:200])
         raise PrepareError(
             f"cannot write the shards into {out} ({why}); nothing was kept there. Free space on its disk or choose "
             "a folder you can write (for data=stdlib: MOEKIT_CACHE_DIR=<a writable folder>)"
@@ -439,12 +440,6 @@ def _documents_again(kept: Sequence[tuple[Path, int, str]], chunk_bytes: int) ->
         if len(pieces) != n or _digest(text) != digest:
             raise PrepareError(f"{bounded.shown(path)} changed while it was prepared; prepare again when it is stable")
         yield from pieces
-
-
-def _io_failure(exc: RuntimeError) -> bool:
-    """Whether a writer's RuntimeError reports a failed write (a full disk, a quota, an I/O error)."""
-    text = str(exc).lower()
-    return any(w in text for w in ("no space", "quota", "i/o error", "input/output", "write", "errno"))
 
 
 def _drop(tmp: Path, held: claims.Claim | None) -> None:

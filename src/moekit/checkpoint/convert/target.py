@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from moekit.base import failures
 from moekit.checkpoint.model.hf import CheckpointError
 from moekit.rundir import claims
 
@@ -33,14 +34,28 @@ def check(out: Path, verb: str) -> None:
         raise CheckpointError(claims.refusal(partial(out), found, "checkpoint"))
 
 
+def room(out: Path, verb: str, need: int) -> None:
+    """Refuse before converting when the disk `out` goes on has less free space than the `need` bytes the
+    conversion writes (with a tenth more for the writers' metadata): a full disk found mid-write costs the
+    conversion and fills the console with the writers' background errors."""
+    free = shutil.disk_usage(out.parent).free
+    if free < need * 1.1:
+        raise CheckpointError(
+            f"{verb} writes about {need / 2**20:,.1f} MiB into {out.parent}, whose disk has {free / 2**20:,.1f} MiB "
+            "free; nothing was written. Free space there or choose an --out on another disk"
+        )
+
+
 @contextmanager
-def writing(out: Path, verb: str) -> Iterator[Path]:
+def writing(out: Path, verb: str, need: int = 0) -> Iterator[Path]:
     """The empty `<out>.partial` to write into, claimed for this conversion (rundir/claims.py: a live one of another
-    moekit is never removed, a dead one's is); renamed to `out` when the block ends, removed when it fails."""
+    moekit is never removed, a dead one's is); renamed to `out` when the block ends, removed when it fails. `need`:
+    the bytes it will write, refused up front where the disk lacks them (room)."""
     check(out, verb)
     tmp = partial(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        room(out, verb, need)
         with claims.claimed(tmp, "checkpoint") as held:
             yield tmp
             held.release()  # the marker goes before the folder takes its name
@@ -51,7 +66,15 @@ def writing(out: Path, verb: str) -> Iterator[Path]:
                 raise
     except claims.Claimed as e:
         raise CheckpointError(str(e)) from None
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001 - a full disk reads differently in each writer (OS, TensorStore, Orbax)
+        full = failures.disk_full(e)
+        if full is None and not isinstance(e, OSError):
+            raise
+        if full is not None and not tmp.exists():
+            raise CheckpointError(
+                f"cannot write {out}: the disk is full ({full}); nothing was kept. Free space there or choose an "
+                "--out on another disk"
+            ) from None
         if out.exists() or tmp.exists():
             raise
         raise CheckpointError(
