@@ -317,14 +317,19 @@ def record(path: str, loss_checks: list[str]) -> None:
     for item in loss_checks:
         key, _, file = item.partition("=")
         checks[key] = _loss_check(file)
-    text = DOC.read_text()
-    begin, end = MARKERS
+    fill(DOC, MARKERS, table(result, checks))
+    print(f"recorded {len(result['rows'])} rows into {DOC}")
+
+
+def fill(doc: Path, markers: tuple[str, str], body: str) -> None:
+    """`body` in place of what lies between the two markers of `doc` (exits naming them when one is missing)."""
+    text = doc.read_text()
+    begin, end = markers
     if begin not in text or end not in text:
-        sys.exit(f"{DOC} has no {begin} ... {end} section")
+        sys.exit(f"{doc} has no {begin} ... {end} section")
     head, rest = text.split(begin, 1)
     _, tail = rest.split(end, 1)
-    DOC.write_text(f"{head}{begin}\n{table(result, checks)}\n{end}{tail}")
-    print(f"recorded {len(result['rows'])} rows into {DOC}")
+    doc.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
 
 
 def main() -> int:

@@ -214,13 +214,7 @@ def table(result: dict) -> str:
 def record(path: str, doc: Path = DOC) -> None:
     """Write the table between the markers of the survey's page."""
     result = json.loads(Path(path).read_text()[:5_000_000])
-    text = doc.read_text()
-    begin, end = MARKERS
-    if begin not in text or end not in text:
-        sys.exit(f"{doc} has no {begin} ... {end} section")
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    doc.write_text(f"{head}{begin}\n{table(result)}\n{end}{tail}")
+    parity.fill(doc, MARKERS, table(result))
     print(f"recorded {len(result['rows'])} rows into {doc}")
 
 
