@@ -19,17 +19,15 @@ random routing (its top-k draws from the model's RNG stream; drawing again would
 
 from __future__ import annotations
 
-import json
 import re
-import threading
 import time
 from typing import Any
 
 from moekit.observe.runs import routing as rt
+from moekit.worker.appender import Appender
 
 SOWN = "moekit_expert_counts"  # the intermediate each MoE layer sows: tokens per expert, int32 [experts]
-_lock = threading.Lock()
-_file = None
+_file: Appender | None = None
 _every = 0
 _step: Any = None  # the traced step of the train step being traced (set while train_step traces)
 
@@ -50,7 +48,7 @@ def install(environ: dict[str, str]) -> bool:
     if not all(hasattr(moe, n) for n in ("RoutedMoE", "finalize_deferred_intermediates")):
         return False
     _every = int(every)
-    _file = open(path, "a", encoding="utf8")  # noqa: SIM115 (open for the life of the process)
+    _file = Appender(path)
     _wrap_layers(moe.RoutedMoE)
     _wrap_train_signature(maxtext_utils)
     _wrap_finalize(moe, maxtext_utils.collect_intermediates_by_suffix)
@@ -187,12 +185,5 @@ def _emit_at_sampled_steps(intermediates: Any, collect: Any, step: Any, config: 
 
 
 def _write(record: dict[str, Any]) -> None:
-    global _file
-    if _file is None:
-        return
-    with _lock:
-        try:
-            _file.write(json.dumps(record) + "\n")
-            _file.flush()
-        except OSError:  # a full disk: training goes on; the record stops here
-            _file = None
+    if _file is not None:
+        _file.write(record)

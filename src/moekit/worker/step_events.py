@@ -24,7 +24,6 @@ worker signalled by a scheduler directly, a launch spread over several launchers
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -33,9 +32,9 @@ from typing import Any
 from moekit.base import parse, quantities
 from moekit.base.errors import MoekitError
 from moekit.observe.runs import events as ev
+from moekit.worker.appender import Appender
 
-_lock = threading.Lock()
-_file = None
+_file: Appender | None = None
 _pending_stop: BaseException | None = None
 _saved_step: int | None = None  # the last step whose maybe_save_checkpoint call saved
 _stop_file: str | None = None  # moekit's stop flag (MOEKIT_STOP), looked for at every step boundary
@@ -46,15 +45,8 @@ FORCE_ARG = 5  # MaxText 0.2.5's save_checkpoint(checkpoint_manager, step, state
 
 
 def _emit(record: dict[str, Any]) -> None:
-    global _file
-    if _file is None:
-        return
-    with _lock:
-        try:
-            _file.write(json.dumps(record) + "\n")
-            _file.flush()
-        except OSError:  # a full disk: training goes on (MaxText meets it itself); the record stops here
-            _file = None
+    if _file is not None:
+        _file.write(record)
 
 
 def install(environ: dict[str, str]) -> None:
@@ -65,7 +57,7 @@ def install(environ: dict[str, str]) -> None:
     if not path:
         return
     _stop_file = environ.get(ev.STOP_ENV) or None
-    _file = open(path, "a", encoding="utf8")  # noqa: SIM115 (open for the life of the process)
+    _file = Appender(path)
     _emit({"event": ev.START, "t": time.time(), "pid": os.getpid()})
     _watch_compilations()
     _wrap_profiler()
