@@ -182,7 +182,7 @@ def gpus_present(cfg: Config, host: Host) -> Iterator[Problem]:
         yield Problem(
             f"hardware={cfg.hardware.name}",
             f"needs NVIDIA GPUs, but this host has none ({host.dev}/nvidia0 is missing)",
-            f"hardware=cpu{'' if 'cpu' in cfg.backend.platforms else ' moe=ragged_dot'} to train on CPU, or run on a "
+            f"hardware=cpu{'' if cfg.backend.runs_on('cpu') else ' moe=ragged_dot'} to train on CPU, or run on a "
             "GPU node (in a container: docker run --gpus all ...)",
         )
     elif found < want:

@@ -55,8 +55,8 @@ def writing(out: Path, verb: str, need: int = 0) -> Iterator[Path]:
     tmp = partial(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        room(out, verb, need)
-        with claims.claimed(tmp, "checkpoint") as held:
+        with claims.claimed(tmp, "checkpoint") as held:  # can the folder be made at all: before its room
+            room(out, verb, need)
             yield tmp
             held.release()  # the marker goes before the folder takes its name
             try:

@@ -50,7 +50,7 @@ def backend_runs_here(cfg: Config) -> Iterator[Problem]:
     """A back end of MaxText's own MoE layer runs on this config's platform (moe=te and moe=te_gmm: their own
     checks, which also name the GPU generation)."""
     b, hw = cfg.backend, cfg.hardware
-    if b.te_block or b.hook or hw.platform in b.platforms:
+    if b.te_block or b.hook or b.runs_on(hw.platform):
         return
     yield Problem(
         "moe",

@@ -58,6 +58,10 @@ class Backend:
     """Its expert GEMMs run in TransformerEngine (its block, or its grouped GEMM through the hook): they take
     precision's low-precision format unless moe.expert_precision keeps them in bf16."""
 
+    def runs_on(self, platform: str) -> bool:
+        """Whether it runs on `platform` (cpu, gpu)."""
+        return platform in self.platforms
+
     def hook_module(self, part: str) -> str:
         """The module of the back end's own package that does `part` (job_env, hook, preflight)."""
         if not self.hook:
