@@ -25,7 +25,7 @@ ALLOWED = {
     "forecast.evaluate": 131,  # plan/forecast.py
     "forecast.communication": 122,  # plan/forecast.py
     "memory.estimate": 112,  # plan/memory.py
-    "text_shards.prepare": 93,  # prepare/text_shards.py
+    "text_shards.prepare": 94,  # prepare/text_shards.py
     "launch.run": 94,  # run/launch.py
 }
 
