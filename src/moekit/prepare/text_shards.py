@@ -332,9 +332,9 @@ def prepare(
     _check_options(options)
     check_out(out)
     count, vocab, _ = token_counter(options.tokenizer, options.tokenizer_type)
-    kept: list[tuple[Path, int, str]] = []  # each file read through: its document count and its text's digest
+    kept: list[tuple[Path, int, str, int]] = []  # each file read through: documents, its text's digest and bytes
     skipped: list[str] = []
-    total_bytes = tokens = 0
+    tokens = 0
     sizes = [_file_size(p) for p in files]
     bar = Progress(sum(sizes), "MB", stream, scale=1e6)  # in bytes: one large file moves the bar too
     done = finished = 0  # bytes tokenized; bytes of the files read through
@@ -348,18 +348,17 @@ def prepare(
             skipped.append(str(path))
             done = finished
             continue
-        total_bytes += len(text.encode("utf-8"))
         pieces = chunks(text, options.chunk_bytes)
         for b in range(0, len(pieces), BATCH):  # tokenized in batches, the bar moving between them
             batch = pieces[b : b + BATCH]
             tokens += sum(count(batch))
             done += sum(len(p.encode("utf-8")) for p in batch)
             bar.update(min(done, bar.total), f"{len(files)} files, {tokens:,} tokens")
-        kept.append((path, len(pieces), _digest(text)))  # not the documents: they are cut again when written
+        kept.append((path, len(pieces), *_measured(text)))  # not the documents: they are cut again when written
         done = max(done, finished)  # whitespace dropped with empty pieces counts as read
         bar.update(min(done, bar.total), f"{len(files)} files, {tokens:,} tokens")
     bar.update(bar.total, f"{len(files)} files, {tokens:,} tokens")
-    documents = sum(n for _, n, _ in kept)
+    documents, total_bytes = sum(k[1] for k in kept), sum(k[3] for k in kept)
     if not documents:
         raise PrepareError(f"the {len(files)} file(s) of {source or 'the source'} hold no text")
     if not tokens:  # nothing to train on: stop before writing a corpus that `train` would find empty
@@ -427,17 +426,19 @@ def _write_shards(tmp: Path, documents: Iterator[str], summary: Summary, shards:
     summary.sha256 = combined.hexdigest()
 
 
-def _digest(text: str) -> str:
-    return hashlib.blake2b(text.encode("utf-8"), digest_size=16).hexdigest()
+def _measured(text: str) -> tuple[str, int]:
+    """(the digest, the UTF-8 size) of a file's text, from one encoding of it."""
+    data = text.encode("utf-8")
+    return hashlib.blake2b(data, digest_size=16).hexdigest(), len(data)
 
 
-def _documents_again(kept: Sequence[tuple[Path, int, str]], chunk_bytes: int) -> Iterator[str]:
+def _documents_again(kept: Sequence[tuple[Path, int, str, int]], chunk_bytes: int) -> Iterator[str]:
     """The documents of the files read through, cut again file by file (one file in memory at a time);
     PrepareError when a file changed since it was counted (the shards would not hold what corpus.json says)."""
-    for path, n, digest in kept:
+    for path, n, digest, size in kept:
         text = read_text(path)
         pieces = chunks(text, chunk_bytes)
-        if len(pieces) != n or _digest(text) != digest:
+        if len(pieces) != n or _measured(text) != (digest, size):
             raise PrepareError(f"{bounded.shown(path)} changed while it was prepared; prepare again when it is stable")
         yield from pieces
 

@@ -120,13 +120,12 @@ def compare(base_setup: Setup, base: Measured, setup: Setup, other: Measured) ->
     one training configuration, the host was busier for one run, or the ratio lies within the noise measured."""
     if why := differs(base_setup, setup):
         return Comparison(None, why)
-    if not base.rate or not other.rate:
-        return Comparison(None, "too few steady steps")
-    ratio = other.rate / base.rate
-    if base_setup.configuration is not None and base_setup.configuration == setup.configuration:
+    same = base_setup.configuration is not None and base_setup.configuration == setup.configuration
+    if same and base.rate and other.rate:
+        ratio = other.rate / base.rate
         apart = percent(max(ratio, 1 / ratio) - 1)
         return Comparison(ratio, f"same training configuration: the two measured {apart} apart, this host's noise")
-    return rates(base, other)
+    return rates(base, other)  # a missing rate is named there
 
 
 def rates(base: Measured, other: Measured) -> Comparison:
